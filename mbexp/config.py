@@ -1,0 +1,235 @@
+"""Typed config schemas (registered in Hydra's ConfigStore) and their validation."""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
+
+from mbexp.ffn import FFNS, HIDDEN_RULES
+from mbexp.model import PLACEMENTS, POSITIONS, ModelSpec
+from mbexp.norms import NORMS
+
+CORPORA = ("bigtxt", "tinystories", "wikitext2", "wikitext103", "text")
+SCHEDULES = ("cosine", "linear", "constant")
+LOGGERS = ("wandb", "none")
+DEVICES = ("auto", "cpu", "cuda")
+PRECISIONS = ("auto", "fp32", "bf16")
+
+
+class ConfigError(ValueError):
+    """A config value that cannot work; the message names the key and the valid choices."""
+
+
+@dataclass
+class NormConfig:
+    name: str = "layer"
+    eps: float = 1e-5
+    bias: bool = False  # LayerNorm only
+
+
+@dataclass
+class PlacementConfig:
+    name: str = "pre"
+
+
+@dataclass
+class FFNConfig:
+    name: str = "relu"
+
+
+@dataclass
+class HiddenConfig:
+    name: str = "matched"
+    multiple_of: int = 1
+
+
+@dataclass
+class ModelConfig:
+    name: str = "tiny"
+    d_model: int = 128
+    n_layers: int = 4
+    n_heads: int = 4
+    seq_len: int = 128
+    pos: str = "rope"
+    tie_embeddings: bool = True
+
+
+@dataclass
+class DataConfig:
+    name: str = "bigtxt"
+    path: Optional[str] = None  # data=text: a file, a folder or a glob
+    vocab_size: int = 4096
+    min_frequency: int = 2
+    val_fraction: float = 0.05
+    val_windows: int = 64  # fixed validation budget: this many seq_len windows
+    max_docs: Optional[int] = None  # cap for the large hub corpora
+    cache_dir: str = "data_cache"
+
+
+@dataclass
+class OptimConfig:
+    name: str = "adamw"
+    lr: float = 3e-3
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    warmup_steps: int = 30
+    schedule: str = "cosine"
+    min_lr_ratio: float = 0.1  # the schedule ends at lr * min_lr_ratio
+
+
+@dataclass
+class LoggerConfig:
+    name: str = "wandb"
+    project: str = "mbexp"
+    entity: Optional[str] = None
+    mode: str = "offline"  # WANDB_MODE in the environment takes precedence
+    dir: str = "."  # W&B writes into <dir>/wandb
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 300
+    batch_size: int = 16
+    eval_every: int = 100
+    log_every: int = 10
+    checkpoint_every: int = 100
+    diverge_factor: float = 1.5  # a loss above diverge_factor * ln(vocab) counts as diverged
+    progress: bool = True
+
+
+@dataclass
+class Config:
+    name: str = "default"  # the experiment: results/runs/<name>/...
+    seed: int = 0
+    device: str = "auto"
+    precision: str = "auto"
+    compile: bool = False
+    force: bool = False  # rerun from scratch even if the run completed or has a checkpoint
+    results_dir: str = "results"
+    norm: NormConfig = field(default_factory=NormConfig)
+    placement: PlacementConfig = field(default_factory=PlacementConfig)
+    ffn: FFNConfig = field(default_factory=FFNConfig)
+    hidden: HiddenConfig = field(default_factory=HiddenConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+
+def register() -> None:
+    ConfigStore.instance().store(name="mbexp_schema", node=Config)
+
+
+def _choice(key: str, value: Any, choices) -> None:
+    if value not in choices:
+        raise ConfigError(f"{key}={value!r} is not valid; choose one of: {', '.join(map(str, choices))}")
+
+
+def _at_least(key: str, value: float, low: float) -> None:
+    if value < low:
+        raise ConfigError(f"{key}={value} must be >= {low}")
+
+
+def validate(cfg: Config) -> Config:
+    """Raise ConfigError naming the key (and the valid choices) for any impossible value."""
+    for key, value, choices in [
+        ("norm.name", cfg.norm.name, NORMS),
+        ("placement.name", cfg.placement.name, PLACEMENTS),
+        ("ffn.name", cfg.ffn.name, FFNS),
+        ("hidden.name", cfg.hidden.name, HIDDEN_RULES),
+        ("model.pos", cfg.model.pos, POSITIONS),
+        ("data.name", cfg.data.name, CORPORA),
+        ("optim.schedule", cfg.optim.schedule, SCHEDULES),
+        ("logger.name", cfg.logger.name, LOGGERS),
+        ("logger.mode", cfg.logger.mode, ("offline", "online", "disabled")),
+        ("device", cfg.device, DEVICES),
+        ("precision", cfg.precision, PRECISIONS),
+    ]:
+        _choice(key, value, choices)
+    if cfg.model.d_model % cfg.model.n_heads:
+        raise ConfigError(
+            f"model.d_model={cfg.model.d_model} is not divisible by model.n_heads={cfg.model.n_heads}"
+        )
+    if cfg.model.pos == "rope" and (cfg.model.d_model // cfg.model.n_heads) % 2:
+        raise ConfigError("model.pos=rope needs an even head size (model.d_model / model.n_heads)")
+    if cfg.norm.bias and cfg.norm.name != "layer":
+        raise ConfigError("norm.bias=true is only defined for norm=layer")
+    for key, value, low in [
+        ("optim.warmup_steps", cfg.optim.warmup_steps, 0),
+        ("optim.lr", cfg.optim.lr, 0),
+        ("optim.weight_decay", cfg.optim.weight_decay, 0),
+        ("optim.min_lr_ratio", cfg.optim.min_lr_ratio, 0),
+        ("train.steps", cfg.train.steps, 1),
+        ("train.batch_size", cfg.train.batch_size, 1),
+        ("train.eval_every", cfg.train.eval_every, 1),
+        ("train.log_every", cfg.train.log_every, 1),
+        ("train.checkpoint_every", cfg.train.checkpoint_every, 1),
+        ("hidden.multiple_of", cfg.hidden.multiple_of, 1),
+        ("model.n_layers", cfg.model.n_layers, 1),
+        ("model.seq_len", cfg.model.seq_len, 2),
+        ("data.vocab_size", cfg.data.vocab_size, 260),
+        ("data.val_windows", cfg.data.val_windows, 1),
+        ("seed", cfg.seed, 0),
+    ]:
+        _at_least(key, value, low)
+    if not 0 < cfg.data.val_fraction < 1:
+        raise ConfigError(f"data.val_fraction={cfg.data.val_fraction} must lie strictly between 0 and 1")
+    if cfg.data.name == "text" and not cfg.data.path:
+        raise ConfigError("data=text needs data.path=<file, folder or glob>")
+    return cfg
+
+
+def to_object(cfg: DictConfig | Config) -> Config:
+    """The plain, validated Config for a composed DictConfig (hydra node removed)."""
+    if isinstance(cfg, DictConfig):
+        cfg = cfg.copy()
+        with_hydra = "hydra" in cfg
+        if with_hydra:
+            OmegaConf.set_struct(cfg, False)
+            cfg.pop("hydra")
+        cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), cfg))
+    return validate(cfg)
+
+
+def model_spec(cfg: Config, vocab_size: int) -> ModelSpec:
+    """The model contract for this config and a tokenizer of `vocab_size` tokens."""
+    m = cfg.model
+    return ModelSpec(
+        vocab_size=vocab_size,
+        d_model=m.d_model,
+        n_layers=m.n_layers,
+        n_heads=m.n_heads,
+        seq_len=m.seq_len,
+        pos=m.pos,
+        tie_embeddings=m.tie_embeddings,
+        norm=cfg.norm.name,
+        norm_eps=cfg.norm.eps,
+        norm_bias=cfg.norm.bias,
+        placement=cfg.placement.name,
+        ffn=cfg.ffn.name,
+        hidden=cfg.hidden.name,
+        multiple_of=cfg.hidden.multiple_of,
+    )
+
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+
+def compose_config(overrides: list[str], *, return_hydra_config: bool = False) -> DictConfig:
+    """Compose conf/config.yaml with `overrides` as Hydra would; errors become ConfigError."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    register()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            return compose("config", overrides=overrides, return_hydra_config=return_hydra_config)
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ConfigError(str(exc).strip()) from None

@@ -1,0 +1,274 @@
+"""Tokenizer, token cache and batches: from a corpus to (B, T) tensors of token ids.
+
+`python -m mbexp.data [overrides]` prepares a corpus and prints its statistics.
+"""
+
+import fcntl
+import hashlib
+import json
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import tokenizers
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tqdm.auto import tqdm
+
+from mbexp.corpus import CorpusError, load_documents, split_documents
+from mbexp.io import atomic_write, write_json
+
+EOT = "<|endoftext|>"
+CACHE_FORMAT = 1  # bump when the cache layout or the tokenization changes
+
+
+@dataclass
+class TokenData:
+    """A prepared corpus: the tokenizer and memory-mapped train/validation token arrays."""
+
+    path: Path
+    tokenizer: Tokenizer
+    train: np.ndarray
+    val: np.ndarray
+    meta: dict
+    cache_hit: bool
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size()
+
+
+def cache_key(docs: list[str], *, vocab_size: int, min_frequency: int, val_fraction: float) -> str:
+    """A hash of the corpus content and every setting that changes the tokens."""
+    h = hashlib.blake2b(digest_size=16)
+    for doc in docs:
+        h.update(hashlib.blake2b(doc.encode(), digest_size=16).digest())
+    settings = dict(
+        vocab_size=vocab_size, min_frequency=min_frequency, val_fraction=val_fraction,
+        format=CACHE_FORMAT, tokenizers=tokenizers.__version__,
+    )
+    h.update(json.dumps(settings, sort_keys=True).encode())
+    return h.hexdigest()[:16]
+
+
+def train_tokenizer(docs: list[str], *, vocab_size: int, min_frequency: int) -> Tokenizer:
+    """Byte-level BPE trained on `docs`: every byte is in the alphabet, so decoding is exact."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=[EOT],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+    )
+    tok.train_from_iterator(docs, trainer=trainer, length=len(docs))
+    return tok
+
+
+def encode(tok: Tokenizer, docs: list[str], desc: str, chunk: int = 2048) -> np.ndarray:
+    """Token ids of all docs, each followed by the end-of-text token."""
+    eot = tok.token_to_id(EOT)
+    dtype = np.uint16 if tok.get_vocab_size() < 2**16 else np.uint32
+    parts = []
+    with tqdm(total=len(docs), desc=f"tokenizing {desc}", unit="doc", file=sys.stderr, leave=False) as bar:
+        for i in range(0, len(docs), chunk):
+            for enc in tok.encode_batch(docs[i : i + chunk]):
+                parts.append(np.array(enc.ids + [eot], dtype=dtype))
+            bar.update(len(docs[i : i + chunk]))
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+
+
+def _digest(path: Path) -> str:
+    return hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest()
+
+
+def _save_array(path: Path, arr: np.ndarray) -> None:
+    atomic_write(path, lambda tmp: arr.tofile(tmp))
+
+
+def load_cache(path: Path) -> TokenData | None:
+    """The cache at `path` if meta.json is there and every file matches its size and digest."""
+    meta_path = path / "meta.json"
+    try:
+        meta = json.loads(meta_path.read_text())
+        for split in ("train", "val"):
+            f = path / f"{split}.bin"
+            info = meta["files"][f"{split}.bin"]
+            if f.stat().st_size != info["bytes"] or _digest(f) != info["digest"]:
+                raise ValueError(f"{f} does not match meta.json")
+        if _digest(path / "tokenizer.json") != meta["files"]["tokenizer.json"]["digest"]:
+            raise ValueError("tokenizer.json does not match meta.json")
+        tok = Tokenizer.from_file(str(path / "tokenizer.json"))
+        arrays = {s: np.memmap(path / f"{s}.bin", dtype=meta["dtype"], mode="r") for s in ("train", "val")}
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError, TypeError, Exception) as exc:  # noqa: B014 - any damage means rebuild
+        if meta_path.exists():
+            print(f"warning: token cache {path} is damaged ({exc}); rebuilding it", file=sys.stderr)
+        return None
+    return TokenData(path, tok, arrays["train"], arrays["val"], meta, cache_hit=True)
+
+
+def build_cache(path: Path, name: str, train_docs: list[str], val_docs: list[str], *, vocab_size: int,
+                min_frequency: int) -> TokenData:
+    """Train the tokenizer on the training split, encode both splits, write everything atomically."""
+    print(f"building token cache {path} ({len(train_docs)} train / {len(val_docs)} val documents)", file=sys.stderr)
+    tok = train_tokenizer(train_docs, vocab_size=vocab_size, min_frequency=min_frequency)
+    arrays = {"train": encode(tok, train_docs, "train"), "val": encode(tok, val_docs, "val")}
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "meta.json").unlink(missing_ok=True)  # meta.json is written last: it marks a complete cache
+    atomic_write(path / "tokenizer.json", lambda tmp: tok.save(tmp))
+    for split, arr in arrays.items():
+        _save_array(path / f"{split}.bin", arr)
+    meta = {
+        "corpus": name,
+        "vocab_size": tok.get_vocab_size(),
+        "dtype": np.dtype(arrays["train"].dtype).name,
+        "documents": {"train": len(train_docs), "val": len(val_docs)},
+        "bytes": {"train": sum(len(d.encode()) for d in train_docs), "val": sum(len(d.encode()) for d in val_docs)},
+        "tokens": {split: int(arr.size) for split, arr in arrays.items()},
+        "files": {
+            f: {"bytes": (path / f).stat().st_size, "digest": _digest(path / f)}
+            for f in ("train.bin", "val.bin", "tokenizer.json")
+        },
+    }
+    write_json(path / "meta.json", meta)
+    data = load_cache(path)
+    data.cache_hit = False
+    return data
+
+
+@contextmanager
+def _file_lock(path: Path):
+    """An exclusive lock, so that two processes never build the same cache at once."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def prepare(data_cfg, *, seq_len: int) -> TokenData:
+    """The token data for `data_cfg` (a DataConfig), from the cache or built now."""
+    docs = load_documents(data_cfg.name, path=data_cfg.path, max_docs=data_cfg.max_docs)
+    train_docs, val_docs = split_documents(docs, data_cfg.val_fraction)
+    if not train_docs or not val_docs:
+        raise CorpusError(
+            f"data={data_cfg.name}: {len(docs)} documents are too few for data.val_fraction={data_cfg.val_fraction} "
+            f"({len(train_docs)} train / {len(val_docs)} validation documents); add text or change the fraction"
+        )
+    key = cache_key(docs, vocab_size=data_cfg.vocab_size, min_frequency=data_cfg.min_frequency,
+                    val_fraction=data_cfg.val_fraction)
+    path = Path(data_cfg.cache_dir) / f"{data_cfg.name}-{key}"
+    data = load_cache(path)
+    if data is None:
+        with _file_lock(path.with_suffix(".lock")):
+            data = load_cache(path) or build_cache(
+                path, data_cfg.name, train_docs, val_docs,
+                vocab_size=data_cfg.vocab_size, min_frequency=data_cfg.min_frequency,
+            )
+    for split, arr in (("train", data.train), ("validation", data.val)):
+        if arr.size < seq_len + 2:
+            raise CorpusError(
+                f"data={data_cfg.name}: the {split} split has {arr.size} tokens, too few for "
+                f"model.seq_len={seq_len} (needs at least {seq_len + 2}); add text or shorten model.seq_len"
+            )
+    return data
+
+
+def token_bytes(tok: Tokenizer) -> np.ndarray:
+    """The number of text bytes each token id stands for (0 for the end-of-text token)."""
+    byte_of = {ch: b for b, ch in enumerate(_bytes_to_unicode())}
+    lengths = np.zeros(tok.get_vocab_size(), dtype=np.int64)
+    for token, idx in tok.get_vocab().items():
+        lengths[idx] = 0 if token == EOT else sum(1 for ch in token if ch in byte_of)
+    return lengths
+
+
+def _bytes_to_unicode() -> list[str]:
+    """The byte-level alphabet: the printable character that stands for each byte 0..255."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), 256))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return [chars[b] for b in range(256)]
+
+
+class Batches:
+    """Seeded random training windows and a fixed set of validation windows.
+
+    The training generator's state is the data position: saving and restoring it resumes
+    the exact stream of batches. Under DDP every rank draws the global batch and keeps
+    its own slice, so N ranks see exactly what one process would.
+    """
+
+    def __init__(self, data: TokenData, *, seq_len: int, batch_size: int, seed: int, val_windows: int,
+                 rank: int = 0, world_size: int = 1):
+        if batch_size % world_size:
+            raise ValueError(f"train.batch_size={batch_size} is not divisible by the {world_size} DDP ranks")
+        self.data, self.seq_len, self.batch_size = data, seq_len, batch_size
+        self.rank, self.world_size = rank, world_size
+        self.generator = torch.Generator().manual_seed(seed)
+        n_val = min(val_windows, (data.val.size - 1) // seq_len)
+        stride = (data.val.size - 1 - seq_len) // max(n_val - 1, 1)
+        self.val_starts = np.arange(n_val) * stride  # evenly spread, identical for every seed
+        self.bytes_per_token = token_bytes(data.tokenizer)
+
+    def _windows(self, tokens: np.ndarray, starts: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        idx = starts[:, None] + np.arange(self.seq_len + 1)  # (B, T + 1)
+        chunk = torch.from_numpy(tokens[idx].astype(np.int64))
+        return chunk[:, :-1], chunk[:, 1:]
+
+    def next_train(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """This rank's (x, y) of the next global batch: (B / world, T) each."""
+        high = self.data.train.size - self.seq_len - 1
+        starts = torch.randint(0, high, (self.batch_size,), generator=self.generator).numpy()
+        per_rank = self.batch_size // self.world_size
+        return self._windows(self.data.train, starts[self.rank * per_rank : (self.rank + 1) * per_rank])
+
+    def val_batches(self, batch_size: int):
+        """The validation windows in order, as (x, y) batches."""
+        for i in range(0, len(self.val_starts), batch_size):
+            yield self._windows(self.data.val, self.val_starts[i : i + batch_size])
+
+    def state(self) -> torch.Tensor:
+        return self.generator.get_state()
+
+    def load_state(self, state: torch.Tensor) -> None:
+        self.generator.set_state(state)
+
+
+def describe(data: TokenData) -> str:
+    m = data.meta
+    return "\n".join([
+        f"corpus       {m['corpus']}",
+        f"documents    {m['documents']['train']:,} train / {m['documents']['val']:,} validation",
+        f"bytes        {m['bytes']['train']:,} train / {m['bytes']['val']:,} validation",
+        f"tokens       {m['tokens']['train']:,} train / {m['tokens']['val']:,} validation ({m['dtype']})",
+        f"vocabulary   {m['vocab_size']:,}",
+        f"cache        {data.path} ({'cache hit' if data.cache_hit else 'built'})",
+    ])
+
+
+def main(argv: list[str] | None = None) -> int:
+    from mbexp.config import ConfigError, compose_config, to_object
+
+    try:
+        cfg = to_object(compose_config(sys.argv[1:] if argv is None else argv))
+        data = prepare(cfg.data, seq_len=cfg.model.seq_len)
+    except (ConfigError, CorpusError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(describe(data))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""The eight feed-forward variants of Shazeer (2020) and the hidden-width rule."""
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+ACTIVATIONS = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "swish": F.silu,  # Swish_1 = SiLU
+    "glu": torch.sigmoid,
+    "bilinear": lambda x: x,
+    "reglu": F.relu,
+    "geglu": F.gelu,
+    "swiglu": F.silu,
+}
+GATED = {"glu", "bilinear", "reglu", "geglu", "swiglu"}
+FFNS = tuple(ACTIVATIONS)
+HIDDEN_RULES = ("matched", "4d", "8_3d")
+
+
+def ffn_hidden_dim(d_model: int, *, ffn: str, rule: str = "matched", multiple_of: int = 1) -> int:
+    """d_ff for `ffn` under `rule`, rounded up to a multiple of `multiple_of`.
+
+    matched: 4D for two-matrix FFNs and 8/3 D for gated ones, so both hold 8 D^2 weights.
+    """
+    if ffn not in ACTIVATIONS:
+        raise ValueError(f"unknown ffn '{ffn}'; valid: {', '.join(FFNS)}")
+    if rule not in HIDDEN_RULES:
+        raise ValueError(f"unknown hidden rule '{rule}'; valid: {', '.join(HIDDEN_RULES)}")
+    if multiple_of < 1:
+        raise ValueError(f"hidden.multiple_of must be >= 1, got {multiple_of}")
+    gated_width = rule == "8_3d" or (rule == "matched" and ffn in GATED)
+    d_ff = round(8 * d_model / 3) if gated_width else 4 * d_model
+    return multiple_of * math.ceil(d_ff / multiple_of)
+
+
+class FFN(nn.Module):
+    """act(xW) W2, or act(xW) * xV W2 for the gated variants; no biases."""
+
+    def __init__(self, name: str, d_model: int, d_ff: int):
+        super().__init__()
+        if name not in ACTIVATIONS:
+            raise ValueError(f"unknown ffn '{name}'; valid: {', '.join(FFNS)}")
+        self.name = name
+        self.act = ACTIVATIONS[name]
+        self.w = nn.Linear(d_model, d_ff, bias=False)
+        self.v = nn.Linear(d_model, d_ff, bias=False) if name in GATED else None
+        self.w2 = nn.Linear(d_ff, d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.act(self.w(x))  # (B, T, d_ff)
+        if self.v is not None:
+            h = h * self.v(x)
+        return self.w2(h)  # (B, T, D)

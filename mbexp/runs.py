@@ -1,0 +1,100 @@
+"""Run identity and run files: the variant name, the run directory, the lock, provenance."""
+
+import fcntl
+import hashlib
+import json
+import os
+import platform
+import subprocess
+from dataclasses import asdict
+from importlib import metadata
+from pathlib import Path
+
+from mbexp.config import Config
+
+# keys that change where or how a run is logged, not what it computes
+NOT_IDENTITY = ("seed", "name", "force", "results_dir", "device", "logger", "data.cache_dir",
+                "train.log_every", "train.checkpoint_every", "train.progress")
+
+
+def identity(cfg: Config, *, without: tuple[str, ...] = ()) -> dict:
+    """The config values that decide a run's numbers, as a nested dict."""
+    d = asdict(cfg)
+    for key in NOT_IDENTITY + without:
+        node, *rest = key.split(".")
+        target = d
+        for part in [node, *rest][:-1]:
+            target = target[part]
+        target.pop(key.split(".")[-1], None)
+    return d
+
+
+def config_hash(cfg: Config, *, without: tuple[str, ...] = ()) -> str:
+    """A short stable hash of identity(cfg): different configs, different hashes."""
+    blob = json.dumps(identity(cfg, without=without), sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:8]
+
+
+def row_name(cfg: Config) -> str:
+    """The readable table row: the four block axes."""
+    return f"{cfg.norm.name}-{cfg.placement.name}-{cfg.ffn.name}-{cfg.hidden.name}"
+
+
+def variant_name(cfg: Config) -> str:
+    """Readable and unique: the axes, the warm-up, and a hash of everything else that counts."""
+    return f"{row_name(cfg)}-wu{cfg.optim.warmup_steps}-{config_hash(cfg)}"
+
+
+def run_dir(cfg: Config) -> Path:
+    return Path(cfg.results_dir) / "runs" / cfg.name / variant_name(cfg) / f"seed={cfg.seed}"
+
+
+class RunBusy(RuntimeError):
+    """Another process holds this run's lock."""
+
+
+class RunLock:
+    """An exclusive, non-blocking lock on a run directory; the OS drops it if the process dies."""
+
+    def __init__(self, directory: Path):
+        self.path = Path(directory) / ".lock"
+        self.file = None
+
+    def __enter__(self):
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.file = open(self.path, "a+")
+        try:
+            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.file.close()
+            raise RunBusy(f"{self.path.parent} is being trained by another process") from None
+        self.file.seek(0)
+        self.file.truncate()
+        self.file.write(f"{platform.node()} {os.getpid()}\n")
+        self.file.flush()
+        return self
+
+    def __exit__(self, *exc):
+        fcntl.flock(self.file, fcntl.LOCK_UN)
+        self.file.close()
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).resolve().parent)
+        return out.stdout.strip() if out.returncode == 0 else "unknown"
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+
+
+def versions() -> dict[str, str]:
+    names = ("mbexp", "torch", "hydra-core", "omegaconf", "tokenizers", "datasets", "wandb", "numpy")
+    found = {}
+    for name in names:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = "not installed"
+    found["python"] = platform.python_version()
+    return found

@@ -1,0 +1,23 @@
+"""The learning-rate schedule: linear warm-up, then cosine, linear or constant."""
+
+import math
+
+
+def lr_at(step: int, *, lr: float, warmup_steps: int, total_steps: int, schedule: str = "cosine",
+          min_lr_ratio: float = 0.1) -> float:
+    """The learning rate of optimiser step `step` (0-based).
+
+    Warm-up ramps linearly to `lr` over `warmup_steps` (0: start at `lr`); the decay
+    then reaches lr * min_lr_ratio at the last step.
+    """
+    if step < warmup_steps:
+        return lr * (step + 1) / warmup_steps
+    if schedule == "constant":
+        return lr
+    floor = lr * min_lr_ratio
+    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - 1 - warmup_steps))
+    if schedule == "cosine":
+        return floor + (lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+    if schedule == "linear":
+        return lr - (lr - floor) * progress
+    raise ValueError(f"unknown optim.schedule '{schedule}'; valid: cosine, linear, constant")

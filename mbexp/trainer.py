@@ -1,0 +1,334 @@
+"""The training loop: `train(cfg)` runs (or resumes, or skips) one run and returns its summary."""
+
+import contextlib
+import json
+import logging
+import math
+import signal
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+from torch.nn.parallel import DistributedDataParallel
+from tqdm.auto import tqdm
+
+from mbexp import checkpoint, distributed
+from mbexp.config import Config, model_spec, to_object
+from mbexp.data import Batches, prepare
+from mbexp.io import write_json, write_text
+from mbexp.logger import NullLogger, make_logger
+from mbexp.model import DecoderLM, param_counts
+from mbexp.runs import RunBusy, RunLock, config_hash, git_commit, row_name, run_dir, variant_name, versions
+from mbexp.schedule import lr_at
+
+log = logging.getLogger("mbexp")
+FINISHED = ("completed", "diverged")
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device=cuda but no CUDA device is visible; use device=auto or device=cpu")
+    return torch.device(name)
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU has native bf16 matmul instructions (AVX512-BF16 or AMX)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """auto: bf16 autocast where the hardware runs it natively (faster, see scripts/bench.py), else fp32."""
+    if precision != "auto":
+        return precision
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    return "bf16" if cpu_has_bf16() else "fp32"
+
+
+def autocast(device: torch.device, precision: str):
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
+def make_optimizer(model: torch.nn.Module, optim, device: torch.device) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices and embeddings only, not on norm gains or biases."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": optim.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=optim.lr, betas=tuple(optim.betas), fused=device.type == "cuda")
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, batches: Batches, device: torch.device, precision: str,
+             batch_size: int) -> tuple[float, float]:
+    """(log-perplexity in nats/token, bits per byte) over the fixed validation windows."""
+    model.eval()
+    nll, tokens, nbytes = torch.zeros((), dtype=torch.float64), 0, 0
+    for x, y in batches.val_batches(batch_size):
+        with autocast(device, precision):
+            logits, _ = model(x.to(device))
+        nll += torch.nn.functional.cross_entropy(
+            logits.float().flatten(0, 1), y.to(device).flatten(), reduction="sum"
+        ).double().cpu()
+        tokens += y.numel()
+        nbytes += int(batches.bytes_per_token[y.numpy()].sum())
+    model.train()
+    nll = nll.item()
+    return nll / tokens, nll / math.log(2) / max(nbytes, 1)
+
+
+class StopRequest:
+    """Turns SIGINT/SIGTERM into a flag checked between steps, so a stop never tears a step in half.
+    A second Ctrl-C interrupts at once."""
+
+    def __init__(self):
+        self.requested = None
+        self._previous = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        if self.requested is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.requested = signal.Signals(signum).name
+        log.warning("%s received: stopping after this step (checkpoint kept; rerun the same command to resume)",
+                    self.requested)
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def read_summary(directory: Path) -> dict | None:
+    try:
+        return json.loads((directory / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _finished(summary: dict | None, chash: str) -> bool:
+    return bool(summary) and summary.get("status") in FINISHED and summary.get("config_hash") == chash
+
+
+def train(cfg) -> dict:
+    """Train the run `cfg` describes and return its summary; a finished run is skipped, an
+    interrupted one resumed from its checkpoint, a run locked by another process left alone."""
+    cfg = to_object(cfg)
+    directory, chash = run_dir(cfg), config_hash(cfg)
+    if _finished(read_summary(directory), chash) and not cfg.force:
+        log.info("skip %s: already %s", directory, read_summary(directory)["status"])
+        return read_summary(directory)
+    device = resolve_device(cfg.device)
+    ddp = distributed.init(device.type)
+    lock = RunLock(directory) if ddp.is_main else contextlib.nullcontext()
+    try:
+        with lock:
+            summary = read_summary(directory)
+            if _finished(summary, chash) and not cfg.force:  # finished while we waited for the lock
+                log.info("skip %s: already %s", directory, summary["status"])
+                return summary
+            return _train(cfg, directory, chash, device, ddp)
+    except RunBusy as exc:
+        log.warning("%s; moving on", exc)
+        return {"status": "busy", "run_dir": str(directory)}
+
+
+def _train(cfg: Config, directory: Path, chash: str, device: torch.device, ddp: distributed.Dist) -> dict:
+    if cfg.force and ddp.is_main:
+        checkpoint.remove(directory)
+    torch.manual_seed(cfg.seed)
+    precision = resolve_precision(cfg.precision, device)
+    data = prepare(cfg.data, seq_len=cfg.model.seq_len)
+    model = DecoderLM(model_spec(cfg, data.vocab_size)).to(device)
+    counts = param_counts(model)
+    optimizer = make_optimizer(model, cfg.optim, device)
+    batches = Batches(data, seq_len=cfg.model.seq_len, batch_size=cfg.train.batch_size, seed=cfg.seed,
+                      val_windows=cfg.data.val_windows, rank=ddp.rank, world_size=ddp.world_size)
+    run = _RunState(cfg, directory, chash, ddp)
+    state = None if cfg.force else checkpoint.load(directory, config_hash=chash)
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        batches.load_state(state["data"])
+        torch.set_rng_state(state["rng"])
+        run.restore(state)
+        log.info("resuming %s from step %d", directory, run.step)
+    distributed.barrier(ddp)  # every rank has read the checkpoint before rank 0 writes anything
+    run.start(counts, model.spec.d_ff, precision, device)
+    step_model = DistributedDataParallel(model) if ddp.enabled else model
+    if cfg.compile:
+        step_model = torch.compile(step_model)
+    logger = make_logger(cfg.logger, **run.wandb_info()) if ddp.is_main else NullLogger()
+    exit_code = 1
+    try:
+        with StopRequest() as stop:
+            _loop(cfg, run, step_model, model, optimizer, batches, device, precision, logger, stop, ddp)
+        if stop.requested:
+            run.checkpoint(model, optimizer, batches)
+            run.finish("interrupted", logger)
+            raise KeyboardInterrupt(stop.requested)
+        exit_code = 0
+        if ddp.is_main:
+            checkpoint.remove(directory)
+        return run.finish(run.status, logger)
+    except Exception as exc:
+        run.finish("failed", logger, error=f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        logger.finish(exit_code)
+
+
+def _loop(cfg, run, step_model, model, optimizer, batches, device, precision, logger, stop, ddp) -> None:
+    steps, o, tcfg = cfg.train.steps, cfg.optim, cfg.train
+    tokens_per_step = tcfg.batch_size * cfg.model.seq_len
+    diverge_above = tcfg.diverge_factor * math.log(model.spec.vocab_size)
+    early = max(1, steps // 8)
+    loss_sum, n_losses, t_last = torch.zeros((), device=device), 0, time.perf_counter()
+    bar = tqdm(total=steps, initial=run.step, desc=run.variant, unit="step", disable=not (tcfg.progress and ddp.is_main), mininterval=1.0)
+    while run.step < steps and not stop.requested:
+        lr = lr_at(run.step, lr=o.lr, warmup_steps=o.warmup_steps, total_steps=steps, schedule=o.schedule,
+                   min_lr_ratio=o.min_lr_ratio)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        x, y = batches.next_train()
+        with autocast(device, precision):
+            _, loss = step_model(x.to(device, non_blocking=True), y.to(device, non_blocking=True))
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), o.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        run.step += 1
+        loss_sum += loss.detach()
+        n_losses += 1
+        bar.update()
+        if run.step % tcfg.log_every == 0 or run.step == steps:
+            train_loss = distributed.mean(loss_sum / n_losses, ddp).item()  # the one host sync per log interval
+            now = time.perf_counter()
+            run.train_time += now - t_last
+            tok_s = n_losses * tokens_per_step / (now - t_last)
+            run.record({"train_loss": train_loss, "lr": lr, "grad_norm": grad_norm.item(), "tokens_per_s": tok_s},
+                       logger)
+            bar.set_postfix(loss=f"{train_loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tok_s:,.0f}")
+            loss_sum.zero_()
+            n_losses = 0
+            if not math.isfinite(train_loss) or train_loss > diverge_above:
+                log.warning("%s diverged at step %d (train loss %s > %.2f)", run.variant, run.step, train_loss,
+                            diverge_above)
+                run.status = "diverged"
+                break
+            t_last = time.perf_counter()
+        if run.step % tcfg.eval_every == 0 or run.step in (early, steps):
+            t_eval = time.perf_counter()
+            val_loss, val_bpb = evaluate(model, batches, device, precision, tcfg.batch_size)
+            run.record({"val_loss": val_loss, "val_bpb": val_bpb}, logger, early=run.step == early)
+            if not math.isfinite(val_loss):
+                run.status = "diverged"
+                break
+            t_last += time.perf_counter() - t_eval  # evaluation time is not training throughput
+        if run.step % tcfg.checkpoint_every == 0 and run.step < steps:
+            run.checkpoint(model, optimizer, batches)
+    bar.close()
+
+
+class _RunState:
+    """Everything about a run that outlives a process: step, metrics, timers, ids, files."""
+
+    def __init__(self, cfg: Config, directory: Path, chash: str, ddp: distributed.Dist):
+        self.cfg, self.dir, self.chash, self.ddp = cfg, directory, chash, ddp
+        self.variant = variant_name(cfg)
+        self.step, self.train_time, self.wall_before = 0, 0.0, 0.0
+        self.records: list[dict] = []
+        self.status = "completed"
+        self.wandb_id = f"{chash}-s{cfg.seed}-{int(time.time()) % 10**6:06d}"
+        self.t0 = time.perf_counter()
+        self.early: dict = {}
+        self.meta: dict = {}
+
+    def restore(self, state: dict) -> None:
+        self.step, self.records = state["step"], state["metrics"]
+        self.train_time, self.wall_before = state["train_time"], state["wall_time"]
+        self.wandb_id, self.early = state["wandb_id"], state["early"]
+
+    def start(self, counts: dict, d_ff: int, precision: str, device: torch.device) -> None:
+        self.meta = {"params": counts["total"], "params_non_embedding": counts["non_embedding"],
+                     "params_ffn": counts["ffn"], "d_ff": d_ff, "precision": precision, "device": str(device)}
+        if self.ddp.is_main:
+            write_text(self.dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.structured(self.cfg)))
+            write_text(self.dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in self.records))
+            self.write_summary("running")
+
+    def wandb_info(self) -> dict:
+        c = self.cfg
+        tags = [f"norm={c.norm.name}", f"placement={c.placement.name}", f"ffn={c.ffn.name}",
+                f"hidden={c.hidden.name}", f"warmup={c.optim.warmup_steps}"]
+        config = asdict(c) | {"variant": self.variant, "run_dir": str(self.dir), **self.meta}
+        return dict(run_id=self.wandb_id, name=f"{self.variant}/seed={c.seed}", group=self.variant,
+                    job_type=c.name, tags=tags, config=config)
+
+    def record(self, values: dict, logger, *, early: bool = False) -> None:
+        rec = {"step": self.step, **values, "tokens": self.step * self.cfg.train.batch_size * self.cfg.model.seq_len}
+        self.records.append(rec)
+        if early:
+            self.early = {"early_step": self.step, "early_val_loss": values["val_loss"],
+                          "early_val_bpb": values["val_bpb"]}
+        if self.ddp.is_main:
+            with open(self.dir / "metrics.jsonl", "a") as f:
+                f.write(json.dumps(rec) + "\n")
+            logger.log({k: v for k, v in rec.items() if k != "step"}, step=self.step)
+
+    def checkpoint(self, model, optimizer, batches) -> None:
+        if not self.ddp.is_main:
+            return
+        checkpoint.save(self.dir, {
+            "config_hash": self.chash, "step": self.step, "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(), "data": batches.state(), "rng": torch.get_rng_state(),
+            "metrics": self.records, "train_time": self.train_time, "wall_time": self.wall_time(),
+            "wandb_id": self.wandb_id, "early": self.early,
+        })
+
+    def wall_time(self) -> float:
+        return self.wall_before + time.perf_counter() - self.t0
+
+    def write_summary(self, status: str, **extra) -> dict:
+        c = self.cfg
+        evals = [r for r in self.records if "val_loss" in r]
+        final = evals[-1] if status == "completed" and evals else {}
+        tokens = self.step * c.train.batch_size * c.model.seq_len
+        summary = {
+            "status": status, "experiment": c.name, "variant": self.variant, "row": row_name(c),
+            "row_id": config_hash(c, without=("optim.warmup_steps",)), "seed": c.seed, "config_hash": self.chash,
+            "axes": {"norm": c.norm.name, "placement": c.placement.name, "ffn": c.ffn.name,
+                     "hidden": c.hidden.name, "warmup_steps": c.optim.warmup_steps},
+            "steps": c.train.steps, "step": self.step, **self.meta,
+            "early_step": max(1, c.train.steps // 8), "early_val_loss": None, "early_val_bpb": None, **self.early,
+            "final_val_loss": final.get("val_loss"), "final_val_bpb": final.get("val_bpb"),
+            "tokens_seen": tokens, "wall_time_s": round(self.wall_time(), 3),
+            "tokens_per_s": round(tokens / self.train_time, 1) if self.train_time else None,
+            "git_commit": git_commit(), "versions": versions(), "wandb_id": self.wandb_id, **extra,
+        }
+        if self.ddp.is_main:
+            write_json(self.dir / "summary.json", summary)
+        return summary
+
+    def finish(self, status: str, logger, **extra) -> dict:
+        summary = self.write_summary(status, **extra)
+        if status == "completed":
+            logger.log({"final_val_loss": summary["final_val_loss"], "final_val_bpb": summary["final_val_bpb"]},
+                       step=self.step)
+        log.info("%s seed=%d %s at step %d: val log-ppl %s", self.variant, self.cfg.seed, status, self.step,
+                 summary["final_val_loss"])
+        return summary
