@@ -84,6 +84,9 @@ def load_text(path: str) -> list[str]:
     files = text_files(path)
     if not files:
         raise CorpusError(f"data.path={path} is a folder with no files")
+    files = [f for f in files if os.path.getsize(f) > 0]  # datasets fails on empty files instead of skipping them
+    if not files:
+        return []
     ds = load_dataset("text", data_files=files, sample_by="paragraph", split="train")
     return [t.strip() for t in ds["text"] if t.strip()]
 

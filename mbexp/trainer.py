@@ -169,6 +169,7 @@ def _train(cfg: Config, directory: Path, chash: str, device: torch.device, ddp: 
         log.info("resuming %s from step %d", directory, run.step)
     distributed.barrier(ddp)  # every rank has read the checkpoint before rank 0 writes anything
     run.start(counts, model.spec.d_ff, precision, device)
+    run.loss_sum = run.loss_sum.to(device)
     step_model = DistributedDataParallel(model) if ddp.enabled else model
     if cfg.compile:
         step_model = torch.compile(step_model)
@@ -197,7 +198,7 @@ def _loop(cfg, run, step_model, model, optimizer, batches, device, precision, lo
     tokens_per_step = tcfg.batch_size * cfg.model.seq_len
     diverge_above = tcfg.diverge_factor * math.log(model.spec.vocab_size)
     early = max(1, steps // 8)
-    loss_sum, n_losses, t_last = torch.zeros((), device=device), 0, time.perf_counter()
+    t_last = time.perf_counter()
     bar = tqdm(total=steps, initial=run.step, desc=run.variant, unit="step", disable=not (tcfg.progress and ddp.is_main), mininterval=1.0)
     while run.step < steps and not stop.requested:
         lr = lr_at(run.step, lr=o.lr, warmup_steps=o.warmup_steps, total_steps=steps, schedule=o.schedule,
@@ -212,19 +213,19 @@ def _loop(cfg, run, step_model, model, optimizer, batches, device, precision, lo
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         run.step += 1
-        loss_sum += loss.detach()
-        n_losses += 1
+        run.loss_sum += loss.detach()
+        run.n_losses += 1
         bar.update()
         if run.step % tcfg.log_every == 0 or run.step == steps:
-            train_loss = distributed.mean(loss_sum / n_losses, ddp).item()  # the one host sync per log interval
+            train_loss = distributed.mean(run.loss_sum / run.n_losses, ddp).item()  # the one host sync per interval
             now = time.perf_counter()
             run.train_time += now - t_last
-            tok_s = n_losses * tokens_per_step / (now - t_last)
+            tok_s = run.n_losses * tokens_per_step / (now - t_last)
             run.record({"train_loss": train_loss, "lr": lr, "grad_norm": grad_norm.item(), "tokens_per_s": tok_s},
                        logger)
             bar.set_postfix(loss=f"{train_loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tok_s:,.0f}")
-            loss_sum.zero_()
-            n_losses = 0
+            run.loss_sum.zero_()
+            run.n_losses = 0
             if not math.isfinite(train_loss) or train_loss > diverge_above:
                 log.warning("%s diverged at step %d (train loss %s > %.2f)", run.variant, run.step, train_loss,
                             diverge_above)
@@ -257,11 +258,13 @@ class _RunState:
         self.t0 = time.perf_counter()
         self.early: dict = {}
         self.meta: dict = {}
+        self.loss_sum, self.n_losses = torch.zeros(()), 0  # train loss accumulated since the last log line
 
     def restore(self, state: dict) -> None:
         self.step, self.records = state["step"], state["metrics"]
         self.train_time, self.wall_before = state["train_time"], state["wall_time"]
         self.wandb_id, self.early = state["wandb_id"], state["early"]
+        self.loss_sum, self.n_losses = torch.tensor(state["loss_sum"]), state["n_losses"]
 
     def start(self, counts: dict, d_ff: int, precision: str, device: torch.device) -> None:
         self.meta = {"params": counts["total"], "params_non_embedding": counts["non_embedding"],
@@ -298,6 +301,7 @@ class _RunState:
             "optimizer": optimizer.state_dict(), "data": batches.state(), "rng": torch.get_rng_state(),
             "metrics": self.records, "train_time": self.train_time, "wall_time": self.wall_time(),
             "wandb_id": self.wandb_id, "early": self.early,
+            "loss_sum": self.loss_sum.item(), "n_losses": self.n_losses,
         })
 
     def wall_time(self) -> float:

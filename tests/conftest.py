@@ -1,0 +1,21 @@
+"""Shared fixtures. Each fixture is self-contained; keep names specific to what they build."""
+
+import pytest
+
+from mbexp.config import DataConfig
+from mbexp.data import TokenData, prepare
+
+BIGTXT_TEST_VOCAB = 512  # small enough to build in a few seconds, big enough to be a real BPE
+BIGTXT_TEST_SEQ_LEN = 32
+
+
+def bigtxt_test_config(cache_dir) -> DataConfig:
+    """The DataConfig of the `bigtxt_tokens` fixture, for tests (and subprocesses) that rebuild it."""
+    return DataConfig(name="bigtxt", vocab_size=BIGTXT_TEST_VOCAB, cache_dir=str(cache_dir))
+
+
+@pytest.fixture(scope="session")
+def bigtxt_tokens(tmp_path_factory) -> TokenData:
+    """big.txt with a 512-token BPE, built once per session into a temporary cache dir."""
+    cache_dir = tmp_path_factory.mktemp("bigtxt_cache")
+    return prepare(bigtxt_test_config(cache_dir), seq_len=BIGTXT_TEST_SEQ_LEN)

@@ -1,0 +1,190 @@
+"""The decoder block's equations, the residual highway, every variant's forward+backward, the LM's options."""
+
+import itertools
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from mbexp.ffn import FFNS, HIDDEN_RULES
+from mbexp.model import PLACEMENTS, Block, DecoderLM, ModelSpec, param_counts
+from mbexp.norms import NORMS
+
+SMALL = dict(vocab_size=256, d_model=32, n_layers=2, n_heads=2, seq_len=16)
+
+
+def spec(**kw) -> ModelSpec:
+    return ModelSpec(**{**SMALL, **kw})
+
+
+def _silence_sublayers(block: Block) -> None:
+    """attn.proj and ffn.w2 are the last maps of the two branches: zeroed, each branch outputs 0."""
+    with torch.no_grad():
+        block.attn.proj.weight.zero_()
+        block.ffn.w2.weight.zero_()
+
+
+def _random_gains(block: Block, gen: torch.Generator) -> None:
+    # unit-gain LayerNorm is idempotent, so Norm2(Norm1(x)) = Norm1(x); random gains tell them apart
+    with torch.no_grad():
+        for norm in (block.norm1, block.norm2):
+            norm.weight.copy_(1 + 0.5 * torch.randn(norm.weight.shape, generator=gen))
+
+
+@pytest.mark.parametrize("norm", list(NORMS))
+def test_pre_block_with_silent_sublayers_is_identity(norm):
+    gen = torch.Generator().manual_seed(0)
+    block = Block(spec(norm=norm, placement="pre"))
+    _random_gains(block, gen)
+    _silence_sublayers(block)
+    x = torch.randn(2, 16, 32, generator=gen)
+    assert torch.equal(block(x), x)
+
+
+@pytest.mark.parametrize("norm", list(NORMS))
+def test_post_block_with_silent_sublayers_is_two_norms(norm):
+    gen = torch.Generator().manual_seed(1)
+    block = Block(spec(norm=norm, placement="post"))
+    _random_gains(block, gen)
+    _silence_sublayers(block)
+    x = torch.randn(2, 16, 32, generator=gen) * 3 + 1
+    with torch.no_grad():
+        out = block(x)
+        assert torch.allclose(out, block.norm2(block.norm1(x)), atol=1e-6)
+        assert not torch.allclose(out, block.norm1(x), atol=1e-3)
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_block_follows_its_equations(placement):
+    """With live sublayers, the block is exactly the DESIGN.md §3 equations for its placement."""
+    torch.manual_seed(2)
+    block = Block(spec(placement=placement, ffn="swiglu"))
+    x = torch.randn(2, 16, 32)
+    with torch.no_grad():
+        if placement == "pre":
+            h = x + block.attn(block.norm1(x))
+            expected = h + block.ffn(block.norm2(h))
+        else:
+            h = block.norm1(x + block.attn(x))
+            expected = block.norm2(h + block.ffn(h))
+        assert torch.allclose(block(x), expected, atol=1e-6)
+
+
+def _stack_input_grad(placement: str) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(3)
+    blocks = nn.Sequential(*(Block(spec(placement=placement)) for _ in range(24)))
+    for block in blocks:
+        _random_gains(block, gen)
+        _silence_sublayers(block)
+    x = torch.randn(2, 16, 32, generator=gen, requires_grad=True)
+    g = torch.randn(2, 16, 32, generator=gen)
+    blocks(x).backward(g)
+    return x.grad, g
+
+
+def test_pre_ln_residual_highway_passes_gradient_unchanged():
+    grad, g = _stack_input_grad("pre")
+    assert torch.equal(grad, g)
+
+
+def test_post_ln_stack_has_no_highway():
+    grad, g = _stack_input_grad("post")
+    assert not torch.allclose(grad, g, atol=1e-2)
+
+
+COMBOS = list(itertools.product(NORMS, PLACEMENTS, FFNS, HIDDEN_RULES))
+
+
+def test_combo_grid_is_complete():
+    assert len(COMBOS) == 2 * 2 * 8 * 3
+
+
+@pytest.mark.parametrize("norm, placement, ffn, hidden", COMBOS)
+def test_every_variant_trains_a_step_on_cpu(norm, placement, ffn, hidden):
+    torch.manual_seed(0)
+    model = DecoderLM(spec(norm=norm, placement=placement, ffn=ffn, hidden=hidden))
+    idx = torch.randint(0, 256, (2, 16))
+    targets = torch.randint(0, 256, (2, 16))
+    logits, loss = model(idx, targets)
+    assert logits.shape == (2, 16, 256)
+    assert abs(loss.item() - math.log(256)) < 0.1 * math.log(256)
+    loss.backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), name
+    assert model.blocks[0].ffn.w.weight.shape[0] == model.spec.d_ff
+
+
+def test_final_norm_only_for_pre():
+    pre, post = DecoderLM(spec(placement="pre")), DecoderLM(spec(placement="post"))
+    assert isinstance(pre.final_norm, NORMS["layer"])
+    assert isinstance(post.final_norm, nn.Identity)
+    assert isinstance(DecoderLM(spec(placement="pre", norm="rms")).final_norm, NORMS["rms"])
+
+
+def test_embeddings_tied_by_default_and_untied_on_request():
+    tied = DecoderLM(spec())
+    assert tied.head.weight is tied.tok_emb.weight
+    untied = DecoderLM(spec(tie_embeddings=False))
+    assert untied.head.weight is not untied.tok_emb.weight
+    assert param_counts(untied)["total"] - param_counts(tied)["total"] == 256 * 32
+
+
+def test_param_counts_by_hand():
+    # pre, LayerNorm without bias, swiglu matched: d_ff = round(8 * 32 / 3) = 85; RoPE, tied
+    model = DecoderLM(spec(ffn="swiglu"))
+    D, V, L, d_ff = 32, 256, 2, 85
+    assert model.spec.d_ff == d_ff
+    ffn = 3 * D * d_ff
+    block = 4 * D * D + ffn + 2 * D  # qkv + proj, FFN, two norm gains
+    non_embedding = L * block + D  # + final norm
+    counts = param_counts(model)
+    assert counts == {"total": V * D + non_embedding, "non_embedding": non_embedding, "ffn": L * ffn}
+    assert counts == {"total": 32864, "non_embedding": 24672, "ffn": 16320}
+
+
+def test_param_counts_untied_learned_positions_with_bias():
+    model = DecoderLM(spec(pos="learned", tie_embeddings=False, norm_bias=True, placement="post", ffn="relu"))
+    D, V, L, T, d_ff = 32, 256, 2, 16, 128
+    block = 4 * D * D + 2 * D * d_ff + 2 * 2 * D  # two norms with gain and bias
+    counts = param_counts(model)
+    assert counts["non_embedding"] == L * block  # post: no final norm
+    assert counts["total"] == L * block + V * D + T * D + V * D
+    assert counts["ffn"] == L * 2 * D * d_ff
+
+
+def test_learned_positions():
+    torch.manual_seed(0)
+    model = DecoderLM(spec(pos="learned"))
+    assert model.pos_emb is not None and model.pos_emb.weight.shape == (16, 32)
+    assert not model.blocks[0].attn.rope
+    assert DecoderLM(spec()).pos_emb is None
+    idx = torch.randint(0, 256, (2, 16))
+    _, loss = model(idx, idx)
+    loss.backward()
+    assert model.pos_emb.weight.grad.abs().sum() > 0
+    # positions matter: the same token at two positions gets two different logits
+    same = torch.full((1, 16), 7)
+    logits, _ = model(same)
+    assert not torch.allclose(logits[0, 0], logits[0, 5], atol=1e-6)
+
+
+def test_bad_head_split_names_both_keys():
+    with pytest.raises(ValueError, match=r"model\.d_model.*model\.n_heads"):
+        DecoderLM(spec(d_model=30, n_heads=4))
+
+
+@pytest.mark.parametrize("pos", ["rope", "learned"])
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_attention_is_causal(pos, placement):
+    torch.manual_seed(0)
+    model = DecoderLM(spec(pos=pos, placement=placement)).eval()
+    idx = torch.randint(0, 256, (1, 16))
+    changed = idx.clone()
+    changed[0, 10] = (idx[0, 10] + 1) % 256
+    with torch.no_grad():
+        a, _ = model(idx)
+        b, _ = model(changed)
+    assert torch.allclose(a[:, :10], b[:, :10], atol=1e-6)
+    assert not torch.allclose(a[:, 10:], b[:, 10:], atol=1e-4)
+

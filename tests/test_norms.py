@@ -1,0 +1,105 @@
+"""LayerNorm and RMSNorm against the worked example, torch's reference ops and their invariances."""
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+from mbexp.norms import NORMS, LayerNorm, RMSNorm, build_norm
+
+X = torch.tensor([2.0, -1.0, 0.0, 3.0])
+
+
+def _randomise(norm: torch.nn.Module, gen: torch.Generator) -> None:
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(norm.weight.shape, generator=gen))
+        if getattr(norm, "bias", None) is not None:
+            norm.bias.copy_(torch.randn(norm.bias.shape, generator=gen))
+
+
+def test_worked_example_layernorm():
+    out = LayerNorm(4, eps=1e-5)(X)
+    assert torch.allclose(out, torch.tensor([0.6325, -1.2649, -0.6325, 1.2649]), atol=5e-5)
+
+
+def test_worked_example_rmsnorm():
+    out = RMSNorm(4, eps=1e-5)(X)
+    assert torch.allclose(out, torch.tensor([1.0690, -0.5345, 0.0000, 1.6036]), atol=5e-5)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_layernorm_matches_torch(bias):
+    gen = torch.Generator().manual_seed(0)
+    norm = LayerNorm(48, eps=1e-5, bias=bias)
+    _randomise(norm, gen)
+    x = torch.randn(3, 7, 48, generator=gen) * 2 + 0.5
+    ref = F.layer_norm(x, (48,), norm.weight, norm.bias, 1e-5)
+    assert torch.allclose(norm(x), ref, atol=1e-6)
+    # and the formula of DESIGN.md §3, written out
+    mean, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
+    by_hand = (x - mean) / torch.sqrt(var + 1e-5) * norm.weight + (norm.bias if bias else 0)
+    assert torch.allclose(norm(x), by_hand, atol=1e-5)
+
+
+def test_layernorm_bias_is_used():
+    norm = LayerNorm(8, bias=True)
+    with torch.no_grad():
+        norm.bias.fill_(0.25)
+    x = torch.randn(2, 8, generator=torch.Generator().manual_seed(1))
+    assert torch.allclose(norm(x) - LayerNorm(8)(x), torch.full((2, 8), 0.25), atol=1e-6)
+    assert LayerNorm(8).bias is None  # no bias by default (Llama/T5 convention)
+
+
+def test_rmsnorm_matches_torch():
+    gen = torch.Generator().manual_seed(2)
+    norm = RMSNorm(48, eps=1e-5)
+    _randomise(norm, gen)
+    x = torch.randn(3, 7, 48, generator=gen) * 2 + 0.5
+    ref = F.rms_norm(x, (48,), norm.weight, 1e-5)
+    assert torch.allclose(norm(x), ref, atol=1e-6)
+    by_hand = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * norm.weight
+    assert torch.allclose(norm(x), by_hand, atol=1e-5)
+
+
+def test_rms_equals_layer_on_zero_mean_input():
+    x = torch.randn(5, 32, generator=torch.Generator().manual_seed(3))
+    x = x - x.mean(-1, keepdim=True)
+    assert torch.allclose(RMSNorm(32)(x), LayerNorm(32)(x), atol=1e-5)
+
+
+@pytest.mark.parametrize("name", list(NORMS))
+def test_scale_invariance(name):
+    gen = torch.Generator().manual_seed(4)
+    norm = build_norm(name, 32, eps=1e-10)
+    _randomise(norm, gen)
+    x = torch.randn(4, 32, generator=gen)
+    assert torch.allclose(norm(x), norm(3.7 * x), atol=1e-5)
+    noise = torch.randn(4, 32, generator=gen)
+    assert not torch.allclose(norm(x), norm(x + 0.5 * noise), atol=1e-2)  # the check can tell inputs apart
+
+
+def test_only_layernorm_is_shift_invariant():
+    x = torch.randn(4, 32, generator=torch.Generator().manual_seed(5))
+    layer, rms = LayerNorm(32), RMSNorm(32)
+    assert torch.allclose(layer(x), layer(x + 5), atol=1e-4)
+    assert (rms(x) - rms(x + 5)).abs().max() > 0.5
+
+
+def test_build_norm_registry():
+    assert set(NORMS) == {"layer", "rms"}
+    assert isinstance(build_norm("layer", 8), LayerNorm)
+    assert isinstance(build_norm("rms", 8), RMSNorm)
+    assert build_norm("layer", 8, eps=1e-3).eps == 1e-3
+    assert build_norm("layer", 8, bias=True).bias.shape == (8,)
+
+
+def test_unknown_norm_lists_valid_names():
+    with pytest.raises(ValueError, match="batch") as err:
+        build_norm("batch", 8)
+    assert "layer" in str(err.value) and "rms" in str(err.value)
+
+
+def test_rms_with_bias_raises():
+    with pytest.raises(ValueError, match="bias"):
+        RMSNorm(8, bias=True)
+    with pytest.raises(ValueError, match="bias"):
+        build_norm("rms", 8, bias=True)

@@ -1,0 +1,47 @@
+"""The user's exact sweep command, with -m anywhere: real Hydra multiruns, real offline W&B runs."""
+
+import pytest
+
+from tiny import clean, mbexp_train, overrides, summaries
+from wandb_files import offline_runs
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("token_cache")
+
+
+def test_users_exact_command_gives_three_runs_and_three_wandb_runs_in_one_group(tmp_path, cache):
+    budget = clean(overrides(tmp_path, cache, logger="wandb"))
+    proc = mbexp_train(["norm=rms", "ffn=swiglu", "-m", "seed=0,1,2", *budget])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = summaries(tmp_path / "results")
+    assert sorted(s["seed"] for s in runs) == [0, 1, 2]
+    assert {s["status"] for s in runs} == {"completed"}
+    assert len({s["variant"] for s in runs}) == 1 and runs[0]["row"] == "rms-pre-swiglu-matched"
+    dirs = sorted((tmp_path / "results" / "runs" / "default" / runs[0]["variant"]).iterdir())
+    assert [d.name for d in dirs] == ["seed=0", "seed=1", "seed=2"]
+    wandb_runs = offline_runs(tmp_path)
+    assert len(wandb_runs) == 3
+    assert {w["group"] for w in wandb_runs} == {runs[0]["variant"]}
+    assert sorted(w["config"]["seed"] for w in wandb_runs) == [0, 1, 2]
+    assert all(w["exit_code"] == 0 for w in wandb_runs)
+
+
+@pytest.mark.parametrize("where", ["first", "last", "--multirun", "budget-after"])
+def test_multirun_flag_anywhere(tmp_path, cache, where):
+    budget = clean(overrides(tmp_path, cache, "train.steps=10"))
+    sweep = ["norm=rms", "ffn=swiglu", "seed=0,1"]
+    args = {
+        "first": ["-m", *sweep, *budget],
+        "last": [*sweep, *budget, "-m"],
+        "--multirun": [*sweep[:1], "--multirun", *sweep[1:], *budget],
+        "budget-after": [*sweep[:2], "-m", *budget[:3], sweep[2], *budget[3:]],
+    }[where]
+    proc = mbexp_train(args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = summaries(tmp_path / "results")
+    assert sorted(s["seed"] for s in runs) == [0, 1]
+    assert {(s["status"], s["step"], s["axes"]["ffn"], s["axes"]["norm"]) for s in runs} == {
+        ("completed", 10, "swiglu", "rms")
+    }

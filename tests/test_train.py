@@ -1,0 +1,119 @@
+"""Real training runs on the CPU: reproducibility, run files, W&B, divergence, interruption."""
+
+import json
+import math
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from mbexp.config import compose_config, to_object
+from mbexp.runs import run_dir
+from mbexp.trainer import train
+from tiny import REPO, clean, losses, metrics, overrides
+from wandb_files import offline_runs
+
+SUMMARY_FIELDS = {
+    "status", "experiment", "variant", "seed", "params", "params_non_embedding", "params_ffn", "d_ff",
+    "early_step", "early_val_loss", "early_val_bpb", "final_val_loss", "final_val_bpb", "tokens_seen",
+    "wall_time_s", "tokens_per_s", "git_commit", "versions", "config_hash", "axes", "row", "row_id",
+}
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("token_cache")
+
+
+def run(tmp, cache, *extra, logger="none"):
+    cfg = compose_config(clean(overrides(tmp, cache, *extra, logger=logger)))
+    return train(cfg), run_dir(to_object(cfg))
+
+
+def test_same_seed_same_losses_other_seed_differs(tmp_path, cache):
+    s1, d1 = run(tmp_path / "a", cache, "seed=3")
+    s2, d2 = run(tmp_path / "b", cache, "seed=3")
+    s3, d3 = run(tmp_path / "c", cache, "seed=4")
+    assert losses(d1) == losses(d2)
+    assert s1["final_val_loss"] == s2["final_val_loss"]
+    assert losses(d1)[0] != losses(d3)[0]
+    assert s1["final_val_loss"] != s3["final_val_loss"]
+
+
+def test_summary_matches_metrics(tmp_path, cache):
+    summary, directory = run(tmp_path, cache, "ffn=swiglu", "norm=rms")
+    on_disk = json.loads((directory / "summary.json").read_text())
+    assert on_disk == summary
+    assert SUMMARY_FIELDS <= set(summary)
+    assert summary["status"] == "completed" and summary["step"] == summary["steps"] == 30
+    evals = [r for r in metrics(directory) if "val_loss" in r]
+    trains = [r for r in metrics(directory) if "train_loss" in r]
+    assert [r["step"] for r in evals] == [3, 10, 20, 30]  # early = 30 // 8, then every eval_every
+    assert summary["early_step"] == 3 and summary["early_val_loss"] == evals[0]["val_loss"]
+    assert summary["final_val_loss"] == evals[-1]["val_loss"]
+    assert summary["final_val_bpb"] == evals[-1]["val_bpb"]
+    assert [r["step"] for r in trains] == [5, 10, 15, 20, 25, 30]
+    assert summary["tokens_seen"] == 30 * 8 * 32 == trains[-1]["tokens"]
+    assert summary["d_ff"] == round(8 * 32 / 3)  # gated FFN under hidden=matched
+    assert summary["axes"] == {"norm": "rms", "placement": "pre", "ffn": "swiglu", "hidden": "matched",
+                               "warmup_steps": 5}
+    assert summary["final_val_loss"] < summary["early_val_loss"] < math.log(512) * 1.05
+    assert directory.parts[-3:] == ("default", summary["variant"], "seed=0")
+    assert (directory / "config.yaml").read_text().count("swiglu") == 1
+    assert not list(directory.glob("checkpoint*")), "a completed run keeps no checkpoint"
+    assert all(r["lr"] > 0 and math.isfinite(r["grad_norm"]) for r in trains)
+
+
+def test_wandb_offline_run_read_back_from_disk(tmp_path, cache):
+    summary, directory = run(tmp_path, cache, "ffn=geglu", "seed=7", logger="wandb")
+    (wb,) = offline_runs(tmp_path)
+    assert wb["config"]["ffn"] == {"name": "geglu"} and wb["config"]["norm"]["name"] == "layer"
+    assert wb["config"]["seed"] == 7
+    assert wb["group"] == summary["variant"] and wb["job_type"] == "default"
+    assert "ffn=geglu" in wb["tags"] and wb["name"] == f"{summary['variant']}/seed=7"
+    assert wb["exit_code"] == 0
+    train_rows = [h for h in wb["history"] if "train_loss" in h]
+    val_rows = [h for h in wb["history"] if "val_loss" in h]
+    assert [h["train_loss"] for h in train_rows] == [r["train_loss"] for r in metrics(directory) if "train_loss" in r]
+    assert val_rows[-1]["val_loss"] == summary["final_val_loss"]
+
+
+def test_absurd_lr_diverges_and_the_sweep_goes_on(tmp_path, cache):
+    proc = subprocess.run(
+        [sys.executable, "-m", "mbexp.train", "-m", "optim.lr=1000,0.003", *clean(overrides(tmp_path, cache))],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    by_lr = {}
+    for path in (tmp_path / "results").glob("runs/**/summary.json"):
+        s = json.loads(path.read_text())
+        cfg = (path.parent / "config.yaml").read_text()
+        by_lr["1000" if "lr: 1000" in cfg else "0.003"] = s
+    assert by_lr["1000"]["status"] == "diverged" and by_lr["1000"]["final_val_loss"] is None
+    assert by_lr["1000"]["step"] < 30
+    assert by_lr["0.003"]["status"] == "completed"
+
+
+def test_sigint_leaves_metrics_a_non_completed_summary_and_a_finished_wandb_run(tmp_path, cache):
+    args = clean(overrides(tmp_path, cache, "train.steps=100000", "train.checkpoint_every=50", logger="wandb"))
+    proc = subprocess.Popen([sys.executable, "-m", "mbexp.train", *args], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    found = []
+    while time.time() < deadline and not found:
+        found = [p for p in (tmp_path / "results").glob("runs/**/metrics.jsonl") if p.read_text().count("\n") >= 3]
+        time.sleep(0.2)
+    assert found, "training never started"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    directory = found[0].parent
+    summary = json.loads((directory / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and 0 < summary["step"] < 100000
+    assert len(metrics(directory)) >= 3
+    assert (directory / "checkpoint.pt").exists()
+    (wb,) = offline_runs(tmp_path)
+    assert wb["exit_code"] == 1, "the W&B run must be finished (with an error exit code)"
+    assert "rerun the same command to resume" in err

@@ -1,0 +1,46 @@
+"""Shared settings for tests that train: a model and budget small enough for seconds on a CPU."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+TINY = [
+    "model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.seq_len=32",
+    "data.vocab_size=512", "data.val_windows=16",
+    "train.batch_size=8", "train.steps=30", "train.eval_every=10", "train.log_every=5",
+    "train.checkpoint_every=10", "train.progress=false", "optim.warmup_steps=5", "precision=fp32",
+]
+
+
+def overrides(tmp: Path, cache: Path, *extra: str, logger: str = "none") -> list[str]:
+    """TINY plus the folders of one test: results under tmp, the shared token cache."""
+    return [*TINY, f"results_dir={tmp}/results", f"data.cache_dir={cache}", f"logger={logger}",
+            f"logger.dir={tmp}" if logger == "wandb" else "", *extra]
+
+
+def clean(args: list[str]) -> list[str]:
+    return [a for a in args if a]
+
+
+def mbexp_train(args: list[str], *, timeout: int = 300, env: dict | None = None, **popen) -> subprocess.CompletedProcess:
+    """`python -m mbexp.train ARGS` as a user types it, from the repository root."""
+    return subprocess.run([sys.executable, "-m", "mbexp.train", *clean(args)], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})}, **popen)
+
+
+def summaries(results: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(Path(results).glob("runs/**/summary.json"))]
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+
+
+def losses(run_dir: Path) -> tuple[list, list]:
+    recs = metrics(run_dir)
+    return ([(r["step"], r["train_loss"]) for r in recs if "train_loss" in r],
+            [(r["step"], r["val_loss"]) for r in recs if "val_loss" in r])
