@@ -101,6 +101,19 @@ class TrainConfig:
 
 
 @dataclass
+class SlurmConfig:
+    """sbatch settings read by hydra/launcher=slurm; they do not change a run's numbers."""
+
+    partition: str = "gpu"
+    gpus_per_node: int = 1
+    cpus_per_task: int = 8
+    mem_gb: int = 64
+    timeout_min: int = 240
+    array_parallelism: int = 32  # at most this many jobs of the array at once
+    max_num_timeout: int = 10  # requeues after preemption or timeout
+
+
+@dataclass
 class Config:
     name: str = "default"  # the experiment: results/runs/<name>/...
     seed: int = 0
@@ -118,6 +131,7 @@ class Config:
     optim: OptimConfig = field(default_factory=OptimConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
 
 
 def register() -> None:

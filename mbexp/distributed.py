@@ -44,3 +44,8 @@ def mean(value: torch.Tensor, ddp: Dist) -> torch.Tensor:
 def barrier(ddp: Dist) -> None:
     if ddp.enabled:
         dist.barrier()
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()

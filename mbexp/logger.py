@@ -47,7 +47,10 @@ class WandbLogger:
         self.run.log(record, step=step)
 
     def finish(self, exit_code: int = 0) -> None:
-        self.run.finish(exit_code=exit_code)
+        """Close the run (once; later calls do nothing)."""
+        if self.run is not None:
+            self.run.finish(exit_code=exit_code)
+            self.run = None
 
 
 def make_logger(logger_cfg, **run_info) -> Logger:

@@ -13,7 +13,7 @@ from pathlib import Path
 from mbexp.config import Config
 
 # keys that change where or how a run is logged, not what it computes
-NOT_IDENTITY = ("seed", "name", "force", "results_dir", "device", "logger", "data.cache_dir",
+NOT_IDENTITY = ("seed", "name", "force", "results_dir", "device", "logger", "slurm", "data.cache_dir",
                 "train.log_every", "train.checkpoint_every", "train.progress")
 
 

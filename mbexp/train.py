@@ -9,6 +9,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
+from mbexp import distributed
 from mbexp.config import CONF_DIR, ConfigError, register
 from mbexp.trainer import train
 
@@ -63,6 +64,8 @@ def main() -> None:
     except KeyboardInterrupt:
         print("interrupted: the runs' checkpoints are kept; rerun the same command to resume", file=sys.stderr)
         sys.exit(130)
+    finally:
+        distributed.shutdown()
     if failures:
         print(f"error: {len(failures)} run(s) failed; see their summary.json and the log above", file=sys.stderr)
         sys.exit(1)

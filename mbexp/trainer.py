@@ -89,7 +89,8 @@ def evaluate(model: torch.nn.Module, batches: Batches, device: torch.device, pre
 
 class StopRequest:
     """Turns SIGINT/SIGTERM into a flag checked between steps, so a stop never tears a step in half.
-    A second Ctrl-C interrupts at once."""
+    A second Ctrl-C interrupts at once. Under submitit, its preemption signal (SIGUSR2) is held the
+    same way, and handed on to submitit (which requeues the job) once the checkpoint is written."""
 
     def __init__(self):
         self.requested = None
@@ -99,7 +100,14 @@ class StopRequest:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self._previous[sig] = signal.signal(sig, self._handle)
+            if callable(signal.getsignal(signal.SIGUSR2)):  # a job scheduler's handler is installed
+                self._previous[signal.SIGUSR2] = signal.signal(signal.SIGUSR2, self._handle)
         return self
+
+    def hand_on(self) -> None:
+        """Call the handler this stop request displaced (submitit's requeue), if it was SIGUSR2."""
+        if self.requested == "SIGUSR2":
+            self._previous[signal.SIGUSR2](signal.SIGUSR2, None)
 
     def _handle(self, signum, frame):
         if self.requested is not None and signum == signal.SIGINT:
@@ -181,6 +189,8 @@ def _train(cfg: Config, directory: Path, chash: str, device: torch.device, ddp: 
         if stop.requested:
             run.checkpoint(model, optimizer, batches)
             run.finish("interrupted", logger)
+            logger.finish(1)
+            stop.hand_on()  # under submitit: requeue, then exit
             raise KeyboardInterrupt(stop.requested)
         exit_code = 0
         if ddp.is_main:
@@ -333,6 +343,7 @@ class _RunState:
         if status == "completed":
             logger.log({"final_val_loss": summary["final_val_loss"], "final_val_bpb": summary["final_val_bpb"]},
                        step=self.step)
-        log.info("%s seed=%d %s at step %d: val log-ppl %s", self.variant, self.cfg.seed, status, self.step,
-                 summary["final_val_loss"])
+        if self.ddp.is_main:
+            log.info("%s seed=%d %s at step %d: val log-ppl %s", self.variant, self.cfg.seed, status, self.step,
+                     summary["final_val_loss"])
         return summary

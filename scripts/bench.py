@@ -335,7 +335,7 @@ def table(res: dict) -> str:
         lines += [row(f"{label} tokens/s", tok(a), tok(b), f"{b['median'] / a['median']:.2f}x"),
                   row("  best window tokens/s", f"{a['best']:,.0f}", f"{b['best']:,.0f}"),
                   row("  MFU", mfu(a["median"], "fp32"), mfu(b["median"], "bf16")),
-                  row("  val loss after the run", f"{a['val_loss']:.4f}", f"{b['val_loss']:.4f}")]
+                  row("  val loss after the run", f"{a['val_loss']:.5f}", f"{b['val_loss']:.5f}")]
     lines.append(row("trainer / bare (median; best)", *(f"{tp[p]['trainer_over_bare']:.3f}; "
                                                          f"{tp[p]['trainer_over_bare_best']:.3f}"
                                                          for p in PRECISIONS)))
@@ -354,7 +354,7 @@ def table(res: dict) -> str:
         f"precision=auto (resolves to {b['resolved']} here) against fp32, trainer, seed 0, {pc['steps']} steps:",
         row("", "fp32", f"auto ({b['resolved']})", "auto/fp32"),
         row("trainer tokens/s", tok(a), tok(b), f"{pc['speedup']:.2f}x"),
-        row("final val loss (nats/token)", f"{a['final_val_loss']:.4f}", f"{b['final_val_loss']:.4f}",
+        row("final val loss (nats/token)", f"{a['final_val_loss']:.5f}", f"{b['final_val_loss']:.5f}",
             f"{100 * pc['val_loss_rel_diff']:+.2f}%"),
         f"  one-sided Mann-Whitney p (auto faster than fp32, per window): {pc['faster_p_value']:.2g}",
         "",
