@@ -5,6 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
+RESULTS ?= results
 
 .DEFAULT_GOAL := help
 .PHONY: help install test lint quickstart table data bench grad-at-init clean clean-runs
@@ -30,10 +31,10 @@ lint: install ## ruff check of the package, scripts and tests
 
 quickstart: install ## set up, run the quickstart sweep on the embedded corpus, print its table
 	$(BIN)/python -m mbexp.train -m +experiment=quickstart
-	$(BIN)/python scripts/make_table.py --only quickstart
+	$(BIN)/python scripts/make_table.py --results $(RESULTS) --only quickstart
 
 table: install ## results/runs/**/summary.json -> results/tables/*.{md,csv,tex} + results/figures/*.png
-	$(BIN)/python scripts/make_table.py
+	$(BIN)/python scripts/make_table.py --results $(RESULTS)
 
 data: install ## prepare the default corpus and print its statistics
 	$(BIN)/python -m mbexp.data
