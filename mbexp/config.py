@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
@@ -59,12 +59,12 @@ class ModelConfig:
 @dataclass
 class DataConfig:
     name: str = "bigtxt"
-    path: Optional[str] = None  # data=text: a file, a folder or a glob
+    path: str | None = None  # data=text: a file, a folder or a glob
     vocab_size: int = 4096
     min_frequency: int = 2
     val_fraction: float = 0.05
     val_windows: int = 64  # fixed validation budget: this many seq_len windows
-    max_docs: Optional[int] = None  # cap for the large hub corpora
+    max_docs: int | None = None  # cap for the large hub corpora
     cache_dir: str = "data_cache"
 
 
@@ -84,7 +84,7 @@ class OptimConfig:
 class LoggerConfig:
     name: str = "wandb"
     project: str = "mbexp"
-    entity: Optional[str] = None
+    entity: str | None = None
     mode: str = "offline"  # WANDB_MODE in the environment takes precedence
     dir: str = "."  # W&B writes into <dir>/wandb
 

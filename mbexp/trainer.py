@@ -209,7 +209,8 @@ def _loop(cfg, run, step_model, model, optimizer, batches, device, precision, lo
     diverge_above = tcfg.diverge_factor * math.log(model.spec.vocab_size)
     early = max(1, steps // 8)
     t_last = time.perf_counter()
-    bar = tqdm(total=steps, initial=run.step, desc=run.variant, unit="step", disable=not (tcfg.progress and ddp.is_main), mininterval=1.0)
+    bar = tqdm(total=steps, initial=run.step, desc=run.variant, unit="step", mininterval=1.0,
+               disable=not (tcfg.progress and ddp.is_main))
     while run.step < steps and not stop.requested:
         lr = lr_at(run.step, lr=o.lr, warmup_steps=o.warmup_steps, total_steps=steps, schedule=o.schedule,
                    min_lr_ratio=o.min_lr_ratio)

@@ -1,12 +1,12 @@
 """Config composition: every option of every group composes; bad input names the key and the choices."""
 
 import pytest
+from tiny import mbexp_train
 
 from mbexp.config import CONF_DIR, ConfigError, compose_config, to_object
 from mbexp.ffn import FFNS, HIDDEN_RULES
 from mbexp.model import PLACEMENTS
 from mbexp.norms import NORMS
-from tiny import mbexp_train
 
 GROUP_OPTIONS = {
     "norm": list(NORMS), "placement": list(PLACEMENTS), "ffn": list(FFNS), "hidden": list(HIDDEN_RULES),

@@ -8,11 +8,11 @@ import time
 from pathlib import Path
 
 import pytest
+from tiny import REPO, clean, losses, mbexp_train, overrides, summaries
+from wandb_files import offline_runs
 
 from mbexp.config import compose_config
 from mbexp.trainer import train
-from tiny import REPO, clean, losses, mbexp_train, overrides, summaries
-from wandb_files import offline_runs
 
 BUDGET = ["train.steps=120", "train.eval_every=60", "train.checkpoint_every=1000"]
 SWEEP = ["ffn=relu,swiglu", *BUDGET]

@@ -10,12 +10,12 @@ import time
 from pathlib import Path
 
 import pytest
+from tiny import REPO, clean, losses, mbexp_train, overrides, summaries
+from wandb_files import offline_runs
 
 from mbexp.config import compose_config, to_object
 from mbexp.runs import run_dir
 from mbexp.trainer import train
-from tiny import REPO, clean, losses, mbexp_train, overrides, summaries
-from wandb_files import offline_runs
 
 SLOW = ["train.steps=60", "train.checkpoint_every=10", "train.eval_every=20"]
 

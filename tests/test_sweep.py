@@ -1,7 +1,6 @@
 """The user's exact sweep command, with -m anywhere: real Hydra multiruns, real offline W&B runs."""
 
 import pytest
-
 from tiny import clean, mbexp_train, overrides, summaries
 from wandb_files import offline_runs
 

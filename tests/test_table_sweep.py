@@ -8,7 +8,6 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
-
 from tiny import REPO, mbexp_train, overrides, summaries
 
 COLUMNS = ["variant", "params", "d_ff", "early log-ppl", "final log-ppl", "Δ vs baseline (95% CI)", "wu=0", "wu=10",

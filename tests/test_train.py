@@ -8,12 +8,12 @@ import sys
 import time
 
 import pytest
+from tiny import REPO, clean, losses, metrics, overrides
+from wandb_files import offline_runs
 
 from mbexp.config import compose_config, to_object
 from mbexp.runs import run_dir
 from mbexp.trainer import train
-from tiny import REPO, clean, losses, metrics, overrides
-from wandb_files import offline_runs
 
 SUMMARY_FIELDS = {
     "status", "experiment", "variant", "seed", "params", "params_non_embedding", "params_ffn", "d_ff",

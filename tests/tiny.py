@@ -26,10 +26,10 @@ def clean(args: list[str]) -> list[str]:
     return [a for a in args if a]
 
 
-def mbexp_train(args: list[str], *, timeout: int = 300, env: dict | None = None, **popen) -> subprocess.CompletedProcess:
+def mbexp_train(args: list[str], *, timeout: int = 300, env: dict | None = None) -> subprocess.CompletedProcess:
     """`python -m mbexp.train ARGS` as a user types it, from the repository root."""
     return subprocess.run([sys.executable, "-m", "mbexp.train", *clean(args)], cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, **(env or {})}, **popen)
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
 
 
 def summaries(results: Path) -> list[dict]:

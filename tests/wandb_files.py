@@ -45,7 +45,8 @@ def read_run(run_dir: Path) -> dict:
         elif kind == "config":
             run["config"].update({i.key: json.loads(i.value_json) for i in record.config.update})
         elif kind == "history":
-            run["history"].append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item})
+            items = record.history.item
+            run["history"].append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in items})
         elif kind == "exit":
             run["exit_code"] = record.exit.exit_code
     return run
