@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 
 from mbexp import distributed
 from mbexp.config import CONF_DIR, ConfigError, register
+from mbexp.corpus import CorpusError
 from mbexp.trainer import train
 
 log = logging.getLogger("mbexp")
@@ -41,7 +42,7 @@ def check_group_choices(args: list[str]) -> None:
 def _job(cfg: DictConfig) -> float | None:
     try:
         summary = train(cfg)
-    except ConfigError as exc:
+    except (ConfigError, CorpusError) as exc:  # the user's input: one clear line, no traceback
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
     except Exception:

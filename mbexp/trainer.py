@@ -128,8 +128,13 @@ def read_summary(directory: Path) -> dict | None:
         return None
 
 
-def _finished(summary: dict | None, chash: str) -> bool:
-    return bool(summary) and summary.get("status") in FINISHED and summary.get("config_hash") == chash
+def _finished(directory: Path, chash: str, force: bool) -> dict | None:
+    """The summary of a finished run of this config (logged as skipped), unless force."""
+    summary = read_summary(directory)
+    if force or not summary or summary.get("status") not in FINISHED or summary.get("config_hash") != chash:
+        return None
+    log.info("skip %s: already %s", directory, summary["status"])
+    return summary
 
 
 def train(cfg) -> dict:
@@ -137,19 +142,15 @@ def train(cfg) -> dict:
     interrupted one resumed from its checkpoint, a run locked by another process left alone."""
     cfg = to_object(cfg)
     directory, chash = run_dir(cfg), config_hash(cfg)
-    if _finished(read_summary(directory), chash) and not cfg.force:
-        log.info("skip %s: already %s", directory, read_summary(directory)["status"])
-        return read_summary(directory)
+    if done := _finished(directory, chash, cfg.force):
+        return done
     device = resolve_device(cfg.device)
     ddp = distributed.init(device.type)
     lock = RunLock(directory) if ddp.is_main else contextlib.nullcontext()
     try:
         with lock:
-            summary = read_summary(directory)
-            if _finished(summary, chash) and not cfg.force:  # finished while we waited for the lock
-                log.info("skip %s: already %s", directory, summary["status"])
-                return summary
-            return _train(cfg, directory, chash, device, ddp)
+            # another process may have finished it between the first look and the lock
+            return _finished(directory, chash, cfg.force) or _train(cfg, directory, chash, device, ddp)
     except RunBusy as exc:
         log.warning("%s; moving on", exc)
         return {"status": "busy", "run_dir": str(directory)}
@@ -182,25 +183,27 @@ def _train(cfg: Config, directory: Path, chash: str, device: torch.device, ddp: 
     if cfg.compile:
         step_model = torch.compile(step_model)
     logger = make_logger(cfg.logger, **run.wandb_info()) if ddp.is_main else NullLogger()
-    exit_code = 1
+    stop = StopRequest()
     try:
-        with StopRequest() as stop:
+        with stop:
             _loop(cfg, run, step_model, model, optimizer, batches, device, precision, logger, stop, ddp)
-        if stop.requested:
+        if stop.requested:  # stopped cleanly between two steps: resumable from exactly here
             run.checkpoint(model, optimizer, batches)
-            run.finish("interrupted", logger)
-            logger.finish(1)
-            stop.hand_on()  # under submitit: requeue, then exit
             raise KeyboardInterrupt(stop.requested)
-        exit_code = 0
         if ddp.is_main:
             checkpoint.remove(directory)
-        return run.finish(run.status, logger)
+        summary = run.finish(run.status, logger)
+        logger.finish(0)
+        return summary
+    except KeyboardInterrupt:
+        run.finish("interrupted", logger)
+        logger.finish(1)
+        stop.hand_on()  # under submitit: requeue, then exit
+        raise
     except Exception as exc:
         run.finish("failed", logger, error=f"{type(exc).__name__}: {exc}")
+        logger.finish(1)
         raise
-    finally:
-        logger.finish(exit_code)
 
 
 def _loop(cfg, run, step_model, model, optimizer, batches, device, precision, logger, stop, ddp) -> None:

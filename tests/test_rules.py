@@ -1,0 +1,74 @@
+"""Pure rules: the learning-rate schedule, the run identity, the variant name and run directory, argv."""
+
+import math
+
+import pytest
+
+from mbexp.config import compose_config, to_object
+from mbexp.runs import config_hash, identity, row_name, run_dir, variant_name
+from mbexp.schedule import lr_at
+from mbexp.train import normalize_argv
+
+
+def test_warmup_is_linear_from_zero_then_cosine_to_the_floor():
+    kw = dict(lr=1.0, warmup_steps=10, total_steps=110, schedule="cosine", min_lr_ratio=0.1)
+    assert [lr_at(s, **kw) for s in range(3)] == pytest.approx([0.1, 0.2, 0.3])
+    assert lr_at(9, **kw) == pytest.approx(1.0) and lr_at(10, **kw) == pytest.approx(1.0)
+    assert lr_at(60, **kw) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 50 / 99)))
+    assert lr_at(109, **kw) == pytest.approx(0.1)
+    lrs = [lr_at(s, **kw) for s in range(10, 110)]
+    assert all(a >= b for a, b in zip(lrs, lrs[1:])), "monotone decay after warm-up"
+
+
+def test_no_warmup_starts_at_full_lr_and_other_schedules():
+    assert lr_at(0, lr=3e-3, warmup_steps=0, total_steps=100) == pytest.approx(3e-3)
+    linear = dict(lr=1.0, warmup_steps=0, total_steps=101, schedule="linear", min_lr_ratio=0.0)
+    assert [lr_at(s, **linear) for s in (0, 50, 100)] == pytest.approx([1.0, 0.5, 0.0])
+    assert lr_at(77, lr=2.0, warmup_steps=5, total_steps=100, schedule="constant") == 2.0
+    with pytest.raises(ValueError, match="cosine, linear, constant"):
+        lr_at(50, lr=1.0, warmup_steps=0, total_steps=100, schedule="step")
+
+
+def cfg(*overrides):
+    return to_object(compose_config(list(overrides)))
+
+
+def test_variant_name_is_readable_and_unique():
+    base = cfg("norm=rms", "ffn=swiglu")
+    assert row_name(base) == "rms-pre-swiglu-matched"
+    assert variant_name(base) == f"rms-pre-swiglu-matched-wu30-{config_hash(base)}"
+    assert variant_name(base) == variant_name(cfg("norm=rms", "ffn=swiglu")), "same config, same name"
+    others = [cfg("norm=rms", "ffn=swiglu", o) for o in
+              ("optim.lr=0.001", "train.steps=301", "model.d_model=256", "norm.eps=1e-6", "data.vocab_size=2048",
+               "hidden.multiple_of=8", "optim.warmup_steps=0", "model.pos=learned", "precision=fp32")]
+    names = {variant_name(c) for c in others} | {variant_name(base)}
+    assert len(names) == len(others) + 1, "every change of a value that counts gives a new directory"
+
+
+def test_where_and_how_a_run_is_logged_does_not_change_its_identity():
+    base = cfg()
+    for o in ("seed=3", "logger=none", "results_dir=elsewhere", "train.log_every=1", "force=true",
+              "data.cache_dir=/tmp/x", "train.checkpoint_every=7", "slurm.partition=a100"):
+        assert config_hash(cfg(o)) == config_hash(base), o
+    assert "seed" not in identity(base) and "logger" not in identity(base)
+
+
+def test_run_dir_layout():
+    c = cfg("seed=2", "name=study", "results_dir=res")
+    assert run_dir(c).as_posix() == f"res/runs/study/{variant_name(c)}/seed=2"
+
+
+def test_row_id_ignores_only_the_warmup():
+    a, b = cfg("optim.warmup_steps=0"), cfg("optim.warmup_steps=100")
+    assert config_hash(a, without=("optim.warmup_steps",)) == config_hash(b, without=("optim.warmup_steps",))
+    assert config_hash(a) != config_hash(b)
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["t", "norm=rms", "ffn=swiglu", "-m", "seed=0,1,2"], ["t", "--multirun", "norm=rms", "ffn=swiglu", "seed=0,1,2"]),
+    (["t", "seed=0,1", "--multirun"], ["t", "--multirun", "seed=0,1"]),
+    (["t", "-m", "seed=0,1"], ["t", "--multirun", "seed=0,1"]),
+    (["t", "seed=1"], ["t", "seed=1"]),
+])
+def test_multirun_flag_moves_to_the_front(argv, expected):
+    assert normalize_argv(argv) == expected
