@@ -6,6 +6,10 @@ the step time of every FFN variant and of LayerNorm against RMSNorm; and whether
 precision=auto trains faster than fp32 to the same validation loss.
 
     python scripts/bench.py [--quick] [--steps N] [--rounds R] [--out PATH]
+
+On a CPU that other jobs share, OpenMP's spin-waiting threads can stall every op (steps 20x
+slower were seen on a 2-core machine next to one other training job); OMP_WAIT_POLICY=PASSIVE
+avoids that. The JSON records the load average and the threading environment.
 """
 
 import argparse
@@ -20,7 +24,6 @@ import time
 from pathlib import Path
 
 import torch
-from scipy.stats import mannwhitneyu
 
 from mbexp.config import Config, compose_config, model_spec, to_object
 from mbexp.data import Batches, TokenData, prepare
@@ -37,14 +40,19 @@ PRECISIONS = ("fp32", "bf16")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 FLOPS_FORMULA = "6*N_matmul + 12*n_layers*d_model*seq_len"
 N_MATMUL = "N_matmul = every nn.Linear weight, the tied LM head included (embedding lookups and norm gains excluded)"
-# Per device type: steps of one throughput run, the timing window (= trainer's train.log_every),
-# steps per FFN/norm measurement, matmul sizes and matmuls per timing.
+# Per device type: steps of one throughput run; the timing window (the trainer's train.log_every);
+# steps per variant and round, and the window they are timed in; matmul sizes and matmuls per timing.
 DEFAULTS = {
-    "cpu": dict(steps=40, window=10, ffn_steps=5, sizes=(512, 1024, 2048), inner=1),
-    "cuda": dict(steps=200, window=20, ffn_steps=50, sizes=(2048, 4096, 8192), inner=10),
+    "cpu": dict(steps=40, window=5, variant_steps=6, variant_window=1, sizes=(512, 1024, 2048), inner=1),
+    "cuda": dict(steps=200, window=20, variant_steps=50, variant_window=10, sizes=(2048, 4096, 8192), inner=10),
 }
+# Other work on the machine only ever slows a window down, so the fastest window is the estimate
+# of each loop's own speed; medians are reported beside it.
+ESTIMATE = "best"
 TRAINER_MIN_RATIO = 0.95  # the trainer must reach this share of the bare loop's tokens/s
+MIN_SPEEDUP = 1.05  # "measurably faster": beyond the few-% spread of identical runs on a shared machine
 VAL_LOSS_TOLERANCE = 0.01  # precision=auto: final val loss within 1% of fp32's
+THREAD_ENV = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "MKL_NUM_THREADS", "KMP_BLOCKTIME")
 
 
 def log(msg: str) -> None:
@@ -71,7 +79,8 @@ def machine_info(device: torch.device) -> dict:
         pass
     info = {"device": str(device), "cpu": cpu, "cpu_bf16": cpu_has_bf16(), "cpu_count": os.cpu_count(),
             "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
-            "python": platform.python_version(), "load_avg_start": os.getloadavg()[0]}
+            "python": platform.python_version(), "load_avg_start": os.getloadavg()[0],
+            "env": {k: os.environ[k] for k in THREAD_ENV if k in os.environ}}
     if device.type == "cuda":
         info |= {"gpu": torch.cuda.get_device_name(device), "cuda": torch.version.cuda,
                  "tf32_matmul": torch.backends.cuda.matmul.allow_tf32}
@@ -79,7 +88,7 @@ def machine_info(device: torch.device) -> dict:
 
 
 def summarize(rates: list[float]) -> dict:
-    return {"median": statistics.median(rates), "best": max(rates), "n": len(rates), "all": rates}
+    return {"best": max(rates), "median": statistics.median(rates), "n": len(rates), "all": rates}
 
 
 def flops_per_token(model: DecoderLM) -> dict:
@@ -158,7 +167,7 @@ class Bench:
     """Composes configs the way `python -m mbexp.train` does and runs both loops on them."""
 
     def __init__(self, args, device: torch.device, results_dir: str):
-        self.args, self.device, self.results_dir = args, device, results_dir
+        self.args, self.device = args, device
         self.base = ["logger=none", "train.progress=false", f"device={device.type}", "name=bench",
                      f"data.cache_dir={ROOT / 'data_cache'}", f"results_dir={results_dir}", "force=true",
                      f"train.log_every={args.window}"]
@@ -171,8 +180,8 @@ class Bench:
         return self.base + [f"train.steps={steps}", f"train.eval_every={steps}", f"train.checkpoint_every={steps}",
                             *extra]
 
-    def cfg(self, *extra: str, steps: int | None = None) -> Config:
-        return to_object(compose_config(self.overrides(steps or self.args.steps, *extra)))
+    def cfg(self, *extra: str) -> Config:
+        return to_object(compose_config(self.overrides(self.args.steps, *extra)))
 
     def trainer(self, precision: str, steps: int) -> tuple[dict, list[float]]:
         """mbexp's trainer on the same config: its summary and the tokens/s it logged, first interval skipped."""
@@ -182,9 +191,10 @@ class Bench:
         rates = [r["tokens_per_s"] for r in map(json.loads, lines) if "tokens_per_s" in r]
         return summary, rates[1:]
 
-    def bare(self, cfg: Config, precision: str, steps: int, *, compile: bool = False) -> tuple[BareLoop, list[float]]:
-        loop = BareLoop(cfg, self.data, self.device, precision, compile=compile)
-        return loop, loop.train(steps, window=self.args.window)[1:]
+    def bare(self, precision: str) -> tuple[BareLoop, list[float]]:
+        """The bare loop on the default config: the loop and its tokens/s, first window skipped."""
+        loop = BareLoop(self.default, self.data, self.device, precision)
+        return loop, loop.train(self.args.steps, window=self.args.window)[1:]
 
 
 def throughput(bench: Bench) -> dict:
@@ -196,27 +206,28 @@ def throughput(bench: Bench) -> dict:
         for p in PRECISIONS:
             for mode in ("bare", "trainer")[:: 1 if r % 2 == 0 else -1]:
                 if mode == "bare":
-                    loop, got = bench.bare(bench.default, p, args.steps)
+                    loop, got = bench.bare(p)
                     if r == 0:  # outside the timing: the same work as the trainer gives the same val loss
                         val[p, "bare"] = loop.val_loss()
                 else:
                     summary, got = bench.trainer(p, args.steps)
                     val.setdefault((p, "trainer"), summary["final_val_loss"])
                 rates[p][mode] += got
-                log(f"  round {r + 1}/{args.rounds} {p:4} {mode:7} {statistics.median(got):9,.0f} tok/s")
+                log(f"  round {r + 1}/{args.rounds} {p:4} {mode:7} best {max(got):9,.0f} tok/s, "
+                    f"median {statistics.median(got):9,.0f}")
     out = {}
     for p in PRECISIONS:
         bare, trainer = summarize(rates[p]["bare"]), summarize(rates[p]["trainer"])
         out[p] = {"bare": bare | {"val_loss": val[p, "bare"]}, "trainer": trainer | {"val_loss": val[p, "trainer"]},
-                  "trainer_over_bare": trainer["median"] / bare["median"],
-                  "trainer_over_bare_best": trainer["best"] / bare["best"]}
+                  "trainer_over_bare": trainer[ESTIMATE] / bare[ESTIMATE],
+                  "trainer_over_bare_median": trainer["median"] / bare["median"]}
     return out
 
 
 def compile_vs_eager(bench: Bench) -> dict:
-    """The bare loop eager and under torch.compile at each precision, alternating every window."""
+    """The bare loop eager and under torch.compile at each precision, alternating every round."""
     args, window = bench.args, bench.args.window
-    loops, out = {}, {}
+    loops, out = {}, {p: {} for p in PRECISIONS}
     for p in PRECISIONS:
         for mode in ("eager", "compiled"):
             t0 = time.perf_counter()
@@ -224,23 +235,21 @@ def compile_vs_eager(bench: Bench) -> dict:
                 loop = BareLoop(bench.default, bench.data, bench.device, p, compile=mode == "compiled")
                 loop.train(2, window=2)  # warm-up; compiles the compiled one
             except Exception as exc:  # any compiler failure: report it and go on
-                reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-                log(f"  torch.compile failed at {p}: {reason}")
-                out[p, mode] = {"error": reason}
+                lines = str(exc).strip().splitlines()
+                out[p][mode] = {"error": f"{type(exc).__name__}: {lines[0] if lines else ''}"}
+                log(f"  torch.compile failed at {p}: {out[p][mode]['error']}")
                 continue
-            loops[p, mode] = loop
-            out[p, mode] = {"warmup_s": time.perf_counter() - t0, "rates": []}
+            loops[p, mode] = (loop, time.perf_counter() - t0, [])
     for r in range(args.rounds):
-        for key in list(loops)[:: 1 if r % 2 == 0 else -1]:
-            out[key]["rates"] += loops[key].train(window, window=window)
-    result = {p: {} for p in PRECISIONS}
-    for (p, mode), v in out.items():
-        result[p][mode] = v if "error" in v else summarize(v.pop("rates")) | v
-        log(f"  {p:4} {mode:8} " + (v["error"] if "error" in v else f"{result[p][mode]['median']:9,.0f} tok/s"))
+        for loop, _, rates in list(loops.values())[:: 1 if r % 2 == 0 else -1]:
+            rates += loop.train(2 * window, window=window)
+    for (p, mode), (_, warmup_s, rates) in loops.items():
+        out[p][mode] = summarize(rates) | {"warmup_s": warmup_s}
+        log(f"  {p:4} {mode:8} best {max(rates):9,.0f} tok/s")
     for p in PRECISIONS:
-        if "median" in result[p]["eager"] and "median" in result[p].get("compiled", {}):
-            result[p]["compiled_over_eager"] = result[p]["compiled"]["median"] / result[p]["eager"]["median"]
-    return result
+        if ESTIMATE in out[p]["eager"] and ESTIMATE in out[p]["compiled"]:
+            out[p]["compiled_over_eager"] = out[p]["compiled"][ESTIMATE] / out[p]["eager"][ESTIMATE]
+    return out
 
 
 def variants(bench: Bench) -> dict:
@@ -255,12 +264,12 @@ def variants(bench: Bench) -> dict:
     tokens = bench.default.train.batch_size * bench.default.model.seq_len
     for r in range(args.rounds):
         for name in list(loops)[:: 1 if r % 2 == 0 else -1]:
-            (rate,) = loops[name].train(args.ffn_steps, window=args.ffn_steps)
-            step_ms[name].append(1000 * tokens / rate)
+            rates = loops[name].train(args.variant_steps, window=args.variant_window)
+            step_ms[name] += [1000 * tokens / rate for rate in rates]
     out = {}
     for name, loop in loops.items():
         ms = step_ms[name]
-        out[name] = {"step_ms_median": statistics.median(ms), "step_ms_best": min(ms), "all": ms,
+        out[name] = {"step_ms_best": min(ms), "step_ms_median": statistics.median(ms), "all": ms,
                      "d_ff": loop.model.spec.d_ff, "params": param_counts(loop.model)["total"]}
     return out
 
@@ -283,7 +292,7 @@ def norm_micro(bench: Bench, reps: int = 15, inner: int = 20) -> dict:
                 y.backward(grad)
             sync(device)
             times[name].append(1e6 * (time.perf_counter() - t0) / inner)
-    return {n: {"us_median": statistics.median(t), "us_best": min(t)} for n, t in times.items()}
+    return {n: {"us_best": min(t), "us_median": statistics.median(t)} for n, t in times.items()}
 
 
 def precision_check(bench: Bench) -> dict:
@@ -294,90 +303,98 @@ def precision_check(bench: Bench) -> dict:
         summary, rates = bench.trainer(precision, steps)
         out[precision] = summarize(rates) | {"final_val_loss": summary["final_val_loss"],
                                              "resolved": summary["precision"]}
-        log(f"  precision={precision} ({summary['precision']}): val loss {summary['final_val_loss']:.4f}, "
-            f"{out[precision]['median']:,.0f} tok/s")
+        log(f"  precision={precision} ({summary['precision']}): val loss {summary['final_val_loss']:.5f}, "
+            f"best {out[precision]['best']:,.0f} tok/s")
     fp32, auto = out["fp32"], out["auto"]
-    out |= {"steps": steps, "speedup": auto["median"] / fp32["median"],
-            "faster_p_value": float(mannwhitneyu(auto["all"], fp32["all"], alternative="greater").pvalue),
-            "val_loss_rel_diff": (auto["final_val_loss"] - fp32["final_val_loss"]) / fp32["final_val_loss"]}
-    return out
+    return out | {"steps": steps, "speedup": auto[ESTIMATE] / fp32[ESTIMATE],
+                  "speedup_median": auto["median"] / fp32["median"],
+                  "val_loss_rel_diff": (auto["final_val_loss"] - fp32["final_val_loss"]) / fp32["final_val_loss"]}
+
+
+def checks(res: dict) -> dict[str, bool]:
+    tp, pc = res["throughput"], res["precision_auto"]
+    return {
+        **{f"trainer reaches {TRAINER_MIN_RATIO} of the bare loop's tokens/s at {p} ({tp[p]['trainer_over_bare']:.3f})":
+           tp[p]["trainer_over_bare"] >= TRAINER_MIN_RATIO for p in PRECISIONS},
+        f"precision=auto ({pc['auto']['resolved']}) trains measurably faster than fp32 ({pc['speedup']:.2f}x "
+        f">= {MIN_SPEEDUP})": pc["speedup"] >= MIN_SPEEDUP,
+        f"precision=auto val loss within {VAL_LOSS_TOLERANCE:.0%} of fp32's ({100 * pc['val_loss_rel_diff']:+.2f}%)":
+            abs(pc["val_loss_rel_diff"]) <= VAL_LOSS_TOLERANCE,
+    }
 
 
 def table(res: dict) -> str:
     """The side-by-side summary printed at the end."""
     m, peak, tp, fl = res["machine"], res["peak_flops"], res["throughput"], res["flops"]["flops_per_token"]
-    cfg, comp, pc = res["config"], res["compile"], res["precision_auto"]
+    cfg, comp, pc, v = res["config"], res["compile"], res["precision_auto"], res["variants"]
+
+    def row(label, *cells):
+        return f"{label:<38}" + "".join(f"{c:>16}" for c in cells)
 
     def mfu(tok_s, p):
         return f"{100 * tok_s * fl / peak[p]['flops']:.1f}%"
 
-    def row(label, a, b, c=""):
-        return f"{label:<40}{a:>16}{b:>16}{c:>14}"
-
-    def tok(d):
-        return f"{d['median']:,.0f}"
-
     lines = [
-        f"mbexp bench on {res['device']}: {m.get('gpu', m['cpu'])}, {m['torch_threads']} threads, torch {m['torch']}",
-        f"model=tiny {cfg['params']:,} params, batch {cfg['batch_size']} x seq_len {cfg['seq_len']}, "
-        f"{cfg['steps']}-step runs x {cfg['rounds']} rounds, bare/trainer alternating; tokens/s = median of "
-        f"{cfg['window']}-step windows, first window skipped",
+        f"mbexp bench on {res['device']}: {m.get('gpu', m['cpu'])}, {m['torch_threads']} threads, torch {m['torch']}, "
+        f"load average {m['load_avg_start']:.1f} -> {m['load_avg_end']:.1f}",
+        f"model={cfg['model']} ({cfg['params']:,} params), batch {cfg['batch_size']} x seq_len {cfg['seq_len']}; "
+        f"{cfg['rounds']} rounds of {cfg['steps']}-step runs, bare loop and trainer alternating;",
+        f"tokens/s: the best {cfg['window']}-step window (median beside it), first window of each run skipped",
         f"FLOPs/token = {FLOPS_FORMULA} = 6*{res['flops']['n_matmul']:,} + {res['flops']['attention']:,} "
-        f"= {fl / 1e6:.2f} MFLOP;",
-        f"  {N_MATMUL}; MFU = tokens/s x FLOPs/token / measured matmul peak of the same precision",
+        f"= {fl / 1e6:.2f} MFLOP",
+        f"  {N_MATMUL}",
+        "MFU = tokens/s x FLOPs/token / the measured matmul peak at the same precision",
         "",
         row("", "fp32", "bf16 autocast", "bf16/fp32"),
-        row("peak matmul GFLOP/s (best square)", f"{peak['fp32']['flops'] / 1e9:,.0f}",
-            f"{peak['bf16']['flops'] / 1e9:,.0f}", f"{peak['bf16']['flops'] / peak['fp32']['flops']:.2f}x"),
+        row("peak matmul GFLOP/s", f"{peak['fp32']['flops'] / 1e9:,.0f}", f"{peak['bf16']['flops'] / 1e9:,.0f}",
+            f"{peak['bf16']['flops'] / peak['fp32']['flops']:.2f}x"),
     ]
     for mode, label in (("bare", "bare PyTorch loop"), ("trainer", "mbexp trainer")):
         a, b = tp["fp32"][mode], tp["bf16"][mode]
-        lines += [row(f"{label} tokens/s", tok(a), tok(b), f"{b['median'] / a['median']:.2f}x"),
-                  row("  best window tokens/s", f"{a['best']:,.0f}", f"{b['best']:,.0f}"),
-                  row("  MFU", mfu(a["median"], "fp32"), mfu(b["median"], "bf16")),
+        lines += [row(f"{label} tokens/s", f"{a['best']:,.0f}", f"{b['best']:,.0f}", f"{b['best'] / a['best']:.2f}x"),
+                  row("  median tokens/s", f"{a['median']:,.0f}", f"{b['median']:,.0f}",
+                      f"{b['median'] / a['median']:.2f}x"),
+                  row("  MFU", mfu(a["best"], "fp32"), mfu(b["best"], "bf16")),
                   row("  val loss after the run", f"{a['val_loss']:.5f}", f"{b['val_loss']:.5f}")]
-    lines.append(row("trainer / bare (median; best)", *(f"{tp[p]['trainer_over_bare']:.3f}; "
-                                                         f"{tp[p]['trainer_over_bare_best']:.3f}"
-                                                         for p in PRECISIONS)))
-    for mode in ("eager", "compiled"):
-        cells = [comp[p][mode].get("error", "failed")[:14] if "median" not in comp[p][mode] else tok(comp[p][mode])
-                 for p in PRECISIONS]
-        lines.append(row(f"bare loop {mode} tokens/s (compile test)", *cells))
-    lines.append(row("  torch.compile warm-up (compile) s",
-                     *(f"{comp[p]['compiled']['warmup_s']:.1f}" if "warmup_s" in comp[p]["compiled"] else "-"
-                       for p in PRECISIONS)))
-    lines.append(row("compiled / eager", *(f"{comp[p]['compiled_over_eager']:.3f}" if "compiled_over_eager" in comp[p]
-                                           else "-" for p in PRECISIONS)))
+    lines += [row("trainer / bare", *(f"{tp[p]['trainer_over_bare']:.3f}" for p in PRECISIONS)),
+              row("  (medians)", *(f"{tp[p]['trainer_over_bare_median']:.3f}" for p in PRECISIONS))]
+    def cells(get, fmt):  # one cell per precision, "-" where compile failed
+        return (format(get(comp[p]), fmt) if "error" not in comp[p]["compiled"] else "-" for p in PRECISIONS)
+
+    lines += [row("bare loop eager tokens/s", *cells(lambda c: c["eager"]["best"], ",.0f")),
+              row("bare loop compiled tokens/s", *cells(lambda c: c["compiled"]["best"], ",.0f")),
+              row("  compile warm-up s (2 steps)", *cells(lambda c: c["compiled"]["warmup_s"], ".1f")),
+              row("compiled / eager", *cells(lambda c: c["compiled_over_eager"], ".3f"))]
+    lines += [f"  torch.compile failed at {p}: {comp[p]['compiled']['error']}" for p in PRECISIONS
+              if "error" in comp[p]["compiled"]]
     a, b = pc["fp32"], pc["auto"]
     lines += [
         "",
-        f"precision=auto (resolves to {b['resolved']} here) against fp32, trainer, seed 0, {pc['steps']} steps:",
+        f"precision=auto against precision=fp32: the trainer, seed 0, {pc['steps']} steps each",
         row("", "fp32", f"auto ({b['resolved']})", "auto/fp32"),
-        row("trainer tokens/s", tok(a), tok(b), f"{pc['speedup']:.2f}x"),
+        row("trainer tokens/s", f"{a['best']:,.0f}", f"{b['best']:,.0f}", f"{pc['speedup']:.2f}x"),
+        row("  median tokens/s", f"{a['median']:,.0f}", f"{b['median']:,.0f}", f"{pc['speedup_median']:.2f}x"),
         row("final val loss (nats/token)", f"{a['final_val_loss']:.5f}", f"{b['final_val_loss']:.5f}",
             f"{100 * pc['val_loss_rel_diff']:+.2f}%"),
-        f"  one-sided Mann-Whitney p (auto faster than fp32, per window): {pc['faster_p_value']:.2g}",
         "",
-        f"step time at precision=auto ({res['auto_precision']}), bare loop, {cfg['ffn_steps']}-step windows "
-        f"x {cfg['rounds']} rounds, alternating:",
-        f"{'variant':<18}{'d_ff':>6}{'params':>12}{'ms/step median':>16}{'best':>10}{'vs relu':>10}",
+        f"step time at precision=auto ({res['auto_precision']}), bare loop, {cfg['rounds']} alternating rounds of "
+        f"{cfg['variant_steps']} steps, timed every {cfg['variant_window']} step(s):",
+        f"{'variant':<20}{'d_ff':>6}{'params':>12}{'best ms/step':>14}{'median':>10}{'vs relu':>10}",
     ]
-    v = res["variants"]
-    ref = v["ffn=relu"]["step_ms_median"]
+    ref = v["ffn=relu"]["step_ms_best"]
     for name, d in v.items():
-        label = "norm=rms (relu)" if name == "norm=rms" else name
-        lines.append(f"{label:<18}{d['d_ff']:>6}{d['params']:>12,}{d['step_ms_median']:>16.1f}"
-                     f"{d['step_ms_best']:>10.1f}{d['step_ms_median'] / ref:>9.3f}x")
-    nm = res["norm_micro"]
+        label = "norm=rms, ffn=relu" if name == "norm=rms" else name
+        lines.append(f"{label:<20}{d['d_ff']:>6}{d['params']:>12,}{d['step_ms_best']:>14.1f}"
+                     f"{d['step_ms_median']:>10.1f}{d['step_ms_best'] / ref:>9.3f}x")
+    nm, rms = res["norm_micro"], v["norm=rms"]["step_ms_best"]
     lines += [
-        f"LayerNorm vs RMSNorm, whole step (relu): {ref:.1f} vs {v['norm=rms']['step_ms_median']:.1f} ms "
-        f"(rms/layer {v['norm=rms']['step_ms_median'] / ref:.3f}); norm alone fwd+bwd: "
-        f"{nm['layer']['us_median']:.0f} vs {nm['rms']['us_median']:.0f} us "
-        f"(rms/layer {nm['rms']['us_median'] / nm['layer']['us_median']:.2f})",
+        f"LayerNorm vs RMSNorm: whole step (ffn=relu) {ref:.1f} vs {rms:.1f} ms (rms/layer {rms / ref:.3f}); "
+        f"the norm alone, fwd+bwd on ({cfg['batch_size']}, {cfg['seq_len']}, d_model): "
+        f"{nm['layer']['us_best']:.0f} vs {nm['rms']['us_best']:.0f} us "
+        f"(rms/layer {nm['rms']['us_best'] / nm['layer']['us_best']:.2f})",
         "",
+        *(f"{'PASS' if ok else 'FAIL'}  {name}" for name, ok in res["checks"].items()),
     ]
-    for name, ok in res["checks"].items():
-        lines.append(f"{'PASS' if ok else 'FAIL'}  {name}")
     return "\n".join(lines)
 
 
@@ -389,56 +406,56 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--val-steps", type=int, help="the precision=auto check's budget (default 150)")
     parser.add_argument("--quick", action="store_true", help="one short round of everything (a smoke test)")
     parser.add_argument("--out", type=Path, help="output JSON (default: results/bench/<device>.json)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.device = resolve_device(args.device)
+    d = DEFAULTS[args.device.type]
+    args.window, args.variant_window, args.variant_steps = d["window"], d["variant_window"], d["variant_steps"]
+    args.sizes, args.inner = d["sizes"], d["inner"]
+    args.rounds = args.rounds or (1 if args.quick else 3)
+    steps = args.steps or (2 * args.window if args.quick else d["steps"])
+    args.steps = max(2, -(-steps // args.window)) * args.window  # whole windows; the first one is warm-up
+    args.val_steps = args.val_steps or (4 * args.window if args.quick else 150)
+    args.out = args.out or ROOT / "results" / "bench" / f"{device_slug(args.device)}.json"
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    device = resolve_device(args.device)
-    d = DEFAULTS[device.type]
-    args.window = d["window"]
-    args.rounds = args.rounds or (1 if args.quick else 3)
-    args.steps = args.steps or (2 * d["window"] if args.quick else d["steps"])
-    args.steps = max(2, -(-args.steps // args.window)) * args.window  # whole windows, the first is warm-up
-    args.val_steps = args.val_steps or (2 * d["window"] if args.quick else 150)
-    args.ffn_steps = d["ffn_steps"]
-    out_path = args.out or ROOT / "results" / "bench" / f"{device_slug(device)}.json"
     t_start = time.perf_counter()
+    load = os.getloadavg()[0]
+    if args.device.type == "cpu" and load >= 0.5 * os.cpu_count():
+        hint = "" if "OMP_WAIT_POLICY" in os.environ else "; consider OMP_WAIT_POLICY=PASSIVE (see --help)"
+        log(f"warning: load average {load:.1f} on {os.cpu_count()} cores: other jobs will slow some windows down "
+            f"(the best window is reported){hint}")
     with tempfile.TemporaryDirectory(prefix="mbexp-bench-") as tmp:
-        bench = Bench(args, device, tmp)
+        bench = Bench(args, args.device, tmp)
         model = DecoderLM(model_spec(bench.default, bench.data.vocab_size))
-        res = {"device": device_slug(device), "machine": machine_info(device), "auto_precision": bench.auto,
+        res = {"device": device_slug(args.device), "machine": machine_info(args.device), "auto_precision": bench.auto,
+               "estimate": ESTIMATE,
                "config": {"model": bench.default.model.name, "params": param_counts(model)["total"],
                           "batch_size": bench.default.train.batch_size, "seq_len": bench.default.model.seq_len,
                           "steps": args.steps, "window": args.window, "rounds": args.rounds,
-                          "ffn_steps": args.ffn_steps, "val_steps": args.val_steps},
+                          "variant_steps": args.variant_steps, "variant_window": args.variant_window,
+                          "val_steps": args.val_steps},
                "flops": flops_per_token(model)}
-        log(f"[1/6] matmul peak {d['sizes']}")
-        res["peak_flops"] = matmul_peak(device, d["sizes"], d["inner"], reps=10)
+        log(f"[1/6] matmul peak, sizes {args.sizes}")
+        res["peak_flops"] = matmul_peak(args.device, args.sizes, args.inner, reps=10)
         log("[2/6] bare loop against mbexp trainer, fp32 and bf16")
         res["throughput"] = throughput(bench)
         log("[3/6] eager against torch.compile (bare loop)")
         res["compile"] = compile_vs_eager(bench)
         log("[4/6] FFN variants and norms (bare loop)")
         res["variants"] = variants(bench)
-        log("[5/6] norms alone")
+        log("[5/6] the norms alone")
         res["norm_micro"] = norm_micro(bench)
         log(f"[6/6] precision=auto against fp32, trainer, {args.val_steps} steps")
         res["precision_auto"] = precision_check(bench)
-    tp, pc = res["throughput"], res["precision_auto"]
-    res["checks"] = {
-        **{f"trainer reaches {TRAINER_MIN_RATIO} of the bare loop's tokens/s at {p} ({tp[p]['trainer_over_bare']:.3f})":
-           tp[p]["trainer_over_bare"] >= TRAINER_MIN_RATIO for p in PRECISIONS},
-        f"precision=auto trains faster than fp32 ({pc['speedup']:.2f}x, p={pc['faster_p_value']:.2g})":
-            pc["speedup"] > 1 and pc["faster_p_value"] < 0.05,
-        f"precision=auto val loss within {VAL_LOSS_TOLERANCE:.0%} of fp32's ({100 * pc['val_loss_rel_diff']:+.2f}%)":
-            abs(pc["val_loss_rel_diff"]) <= VAL_LOSS_TOLERANCE,
-    }
+    res["checks"] = checks(res)
     res["machine"]["load_avg_end"] = os.getloadavg()[0]
     res["wall_s"] = time.perf_counter() - t_start
-    write_json(out_path, res)
+    write_json(args.out, res)
     print(table(res))
-    print(f"\nwrote {out_path} ({res['wall_s']:.0f} s)")
+    print(f"\nwrote {args.out} ({res['wall_s']:.0f} s)")
     return 0
 
 
