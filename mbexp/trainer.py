@@ -146,6 +146,9 @@ def train(cfg) -> dict:
         return done
     device = resolve_device(cfg.device)
     ddp = distributed.init(device.type)
+    if device.type == "cuda" and ddp.enabled:  # one GPU per rank
+        device = torch.device("cuda", ddp.local_rank)
+        torch.cuda.set_device(device)
     lock = RunLock(directory) if ddp.is_main else contextlib.nullcontext()
     try:
         with lock:
@@ -179,7 +182,10 @@ def _train(cfg: Config, directory: Path, chash: str, device: torch.device, ddp: 
     distributed.barrier(ddp)  # every rank has read the checkpoint before rank 0 writes anything
     run.start(counts, model.spec.d_ff, precision, device)
     run.loss_sum = run.loss_sum.to(device)
-    step_model = DistributedDataParallel(model) if ddp.enabled else model
+    if ddp.enabled:
+        step_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    else:
+        step_model = model
     if cfg.compile:
         step_model = torch.compile(step_model)
     logger = make_logger(cfg.logger, **run.wandb_info()) if ddp.is_main else NullLogger()
