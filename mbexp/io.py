@@ -24,7 +24,7 @@ def atomic_write(path: str | Path, write: Callable[[str], None]) -> None:
 
 
 def write_text(path: str | Path, text: str) -> None:
-    atomic_write(path, lambda tmp: Path(tmp).write_text(text))
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
 
 def write_json(path: str | Path, obj) -> None:

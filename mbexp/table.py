@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 from scipy import stats
 
 from mbexp.ffn import FFNS, HIDDEN_RULES
+from mbexp.io import write_text
 from mbexp.model import PLACEMENTS
 from mbexp.norms import NORMS
 
@@ -383,7 +384,7 @@ def write_outputs(results_dir, tables: dict[str, pd.DataFrame], runs: pd.DataFra
         }
         paths = [tables_dir / f"{exp}.{ext}" for ext in texts]
         for path, text in zip(paths, texts.values()):
-            path.write_bytes(text.encode("utf-8"))
+            write_text(path, text)
         exp_runs = runs[runs["experiment"] == exp]
         for kind, plot in (("curves", plot_curves), ("warmup", plot_warmup)):
             paths.append(figures_dir / f"{exp}_{kind}.png")
