@@ -17,6 +17,7 @@ def atomic_write(path: str | Path, write: Callable[[str], None]) -> None:
         write(tmp)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide results from the rest of a team
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
