@@ -1,6 +1,7 @@
 """Shared fixtures. Each fixture is self-contained; keep names specific to what they build."""
 
 import pytest
+import torch
 
 from mbexp.config import DataConfig
 from mbexp.data import TokenData, prepare
@@ -19,3 +20,18 @@ def bigtxt_tokens(tmp_path_factory) -> TokenData:
     """big.txt with a 512-token BPE, built once per session into a temporary cache dir."""
     cache_dir = tmp_path_factory.mktemp("bigtxt_cache")
     return prepare(bigtxt_test_config(cache_dir), seq_len=BIGTXT_TEST_SEQ_LEN)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny tensors: intra-op threads only add contention on a busy machine (x40 slower seen on 2 cores)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def cache(tmp_path_factory):
+    """One token cache for every test that trains with tests/tiny.py's settings."""
+    return tmp_path_factory.mktemp("token_cache")

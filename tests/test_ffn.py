@@ -11,13 +11,7 @@ TWO_MATRIX = ("relu", "gelu", "swish")
 ALL = TWO_MATRIX + ("glu", "bilinear", "reglu", "geglu", "swiglu")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: intra-op threads only add contention on a busy machine (x40 slower seen on 2 cores)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _gelu(z):  # exact GELU: z * Phi(z)

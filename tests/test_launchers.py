@@ -19,11 +19,6 @@ SWEEP = ["ffn=relu,swiglu", *BUDGET]
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("token_cache")
-
-
-@pytest.fixture(scope="module")
 def joblib_sweep(tmp_path_factory, cache):
     tmp = tmp_path_factory.mktemp("joblib")
     args = ["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={tmp}/multirun",

@@ -14,13 +14,7 @@ from mbexp.norms import NORMS
 SMALL = dict(vocab_size=256, d_model=32, n_layers=2, n_heads=2, seq_len=16)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: intra-op threads only add contention on a busy machine (x40 slower seen on 2 cores)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def spec(**kw) -> ModelSpec:

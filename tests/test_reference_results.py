@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import pytest
-
 from tiny import REPO
 
 RESULTS = REPO / "results"

@@ -5,11 +5,6 @@ from tiny import clean, mbexp_train, overrides, summaries
 from wandb_files import offline_runs
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("token_cache")
-
-
 def test_users_exact_command_gives_three_runs_and_three_wandb_runs_in_one_group(tmp_path, cache):
     budget = clean(overrides(tmp_path, cache, logger="wandb"))
     proc = mbexp_train(["norm=rms", "ffn=swiglu", "-m", "seed=0,1,2", *budget])

@@ -7,7 +7,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 from tiny import REPO, clean, losses, metrics, overrides
 from wandb_files import offline_runs
 
@@ -20,11 +19,6 @@ SUMMARY_FIELDS = {
     "early_step", "early_val_loss", "early_val_bpb", "final_val_loss", "final_val_bpb", "tokens_seen",
     "wall_time_s", "tokens_per_s", "git_commit", "versions", "config_hash", "axes", "row", "row_id",
 }
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("token_cache")
 
 
 def run(tmp, cache, *extra, logger="none"):
