@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 
 from mbexp import checkpoint, distributed
 from mbexp.config import Config, model_spec, to_object
-from mbexp.data import Batches, prepare
+from mbexp.data import Batches, TokenData, prepare
 from mbexp.io import write_json, write_text
 from mbexp.logger import NullLogger, make_logger
 from mbexp.model import DecoderLM, param_counts
@@ -149,22 +149,23 @@ def train(cfg) -> dict:
     if device.type == "cuda" and ddp.enabled:  # one GPU per rank
         device = torch.device("cuda", ddp.local_rank)
         torch.cuda.set_device(device)
+    data = prepare(cfg.data, seq_len=cfg.model.seq_len)  # a corpus error stops here, before any run file
     lock = RunLock(directory) if ddp.is_main else contextlib.nullcontext()
     try:
         with lock:
             # another process may have finished it between the first look and the lock
-            return _finished(directory, chash, cfg.force) or _train(cfg, directory, chash, device, ddp)
+            return _finished(directory, chash, cfg.force) or _train(cfg, data, directory, chash, device, ddp)
     except RunBusy as exc:
         log.warning("%s; moving on", exc)
         return {"status": "busy", "run_dir": str(directory)}
 
 
-def _train(cfg: Config, directory: Path, chash: str, device: torch.device, ddp: distributed.Dist) -> dict:
+def _train(cfg: Config, data: TokenData, directory: Path, chash: str, device: torch.device,
+           ddp: distributed.Dist) -> dict:
     if cfg.force and ddp.is_main:
         checkpoint.remove(directory)
     torch.manual_seed(cfg.seed)
     precision = resolve_precision(cfg.precision, device)
-    data = prepare(cfg.data, seq_len=cfg.model.seq_len)
     model = DecoderLM(model_spec(cfg, data.vocab_size)).to(device)
     counts = param_counts(model)
     optimizer = make_optimizer(model, cfg.optim, device)

@@ -1,5 +1,7 @@
 """Shared fixtures. Each fixture is self-contained; keep names specific to what they build."""
 
+import os
+
 import pytest
 import torch
 
@@ -35,3 +37,16 @@ def one_thread():
 def cache(tmp_path_factory):
     """One token cache for every test that trains with tests/tiny.py's settings."""
     return tmp_path_factory.mktemp("token_cache")
+
+
+@pytest.fixture(autouse=True)
+def no_shared_wandb_service():
+    """A test that logs to W&B in this process starts a W&B service and exports WANDB_SERVICE; the
+    `python -m mbexp.train` processes of later tests would inherit it and share one service (and
+    the runs a killed process left open in it). Stop it after the test, as a fresh shell would have."""
+    yield
+    if "WANDB_SERVICE" in os.environ:
+        import wandb
+
+        wandb.teardown()
+        os.environ.pop("WANDB_SERVICE", None)
