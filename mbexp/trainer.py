@@ -182,7 +182,6 @@ def _train(cfg: Config, data: TokenData, directory: Path, chash: str, device: to
         log.info("resuming %s from step %d", directory, run.step)
     distributed.barrier(ddp)  # every rank has read the checkpoint before rank 0 writes anything
     run.start(counts, model.spec.d_ff, precision, device)
-    run.loss_sum = run.loss_sum.to(device)
     if ddp.enabled:
         step_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     else:
@@ -199,17 +198,13 @@ def _train(cfg: Config, data: TokenData, directory: Path, chash: str, device: to
             raise KeyboardInterrupt(stop.requested)
         if ddp.is_main:
             checkpoint.remove(directory)
-        summary = run.finish(run.status, logger)
-        logger.finish(0)
-        return summary
+        return run.finish(run.status, logger)
     except KeyboardInterrupt:
         run.finish("interrupted", logger)
-        logger.finish(1)
         stop.hand_on()  # under submitit: requeue, then exit
         raise
     except Exception as exc:
         run.finish("failed", logger, error=f"{type(exc).__name__}: {exc}")
-        logger.finish(1)
         raise
 
 
@@ -288,6 +283,7 @@ class _RunState:
         self.loss_sum, self.n_losses = torch.tensor(state["loss_sum"]), state["n_losses"]
 
     def start(self, counts: dict, d_ff: int, precision: str, device: torch.device) -> None:
+        self.loss_sum = self.loss_sum.to(device)
         self.meta = {"params": counts["total"], "params_non_embedding": counts["non_embedding"],
                      "params_ffn": counts["ffn"], "d_ff": d_ff, "precision": precision, "device": str(device)}
         if self.ddp.is_main:
@@ -350,6 +346,7 @@ class _RunState:
         return summary
 
     def finish(self, status: str, logger, **extra) -> dict:
+        """Write the final summary and close the W&B run (exit code 1 unless the run finished)."""
         summary = self.write_summary(status, **extra)
         if status == "completed":
             logger.log({"final_val_loss": summary["final_val_loss"], "final_val_bpb": summary["final_val_bpb"]},
@@ -357,4 +354,5 @@ class _RunState:
         if self.ddp.is_main:
             log.info("%s seed=%d %s at step %d: val log-ppl %s", self.variant, self.cfg.seed, status, self.step,
                      summary["final_val_loss"])
+        logger.finish(0 if status in FINISHED else 1)
         return summary
