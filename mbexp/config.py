@@ -7,9 +7,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from mbexp.ffn import FFNS, HIDDEN_RULES
-from mbexp.model import PLACEMENTS, POSITIONS, ModelSpec
-from mbexp.norms import NORMS
+from mbexp.names import FFNS, HIDDEN_RULES, NORMS, PLACEMENTS, POSITIONS
 
 CORPORA = ("bigtxt", "tinystories", "wikitext2", "wikitext103", "text")
 SCHEDULES = ("cosine", "linear", "constant")
@@ -63,6 +61,7 @@ class DataConfig:
     vocab_size: int = 4096
     min_frequency: int = 2
     val_fraction: float = 0.05
+    test_fraction: float = 0.05  # held out for the final evaluation only (0: no test split, as before v0.2)
     val_windows: int = 64  # fixed validation budget: this many seq_len windows
     max_docs: int | None = None  # cap for the large hub corpora
     cache_dir: str = "data_cache"
@@ -192,6 +191,9 @@ def validate(cfg: Config) -> Config:
         _at_least(key, value, low)
     if not 0 < cfg.data.val_fraction < 1:
         raise ConfigError(f"data.val_fraction={cfg.data.val_fraction} must lie strictly between 0 and 1")
+    if not 0 <= cfg.data.test_fraction < 1 - cfg.data.val_fraction:
+        raise ConfigError(f"data.test_fraction={cfg.data.test_fraction} must be >= 0 and leave training data "
+                          f"(data.val_fraction + data.test_fraction < 1)")
     if cfg.data.name == "text" and not cfg.data.path:
         raise ConfigError("data=text needs data.path=<file, folder or glob>")
     return cfg
@@ -209,8 +211,10 @@ def to_object(cfg: DictConfig | Config) -> Config:
     return validate(cfg)
 
 
-def model_spec(cfg: Config, vocab_size: int) -> ModelSpec:
-    """The model contract for this config and a tokenizer of `vocab_size` tokens."""
+def model_spec(cfg: Config, vocab_size: int):
+    """The model contract (a ModelSpec) for this config and a tokenizer of `vocab_size` tokens."""
+    from mbexp.model import ModelSpec
+
     m = cfg.model
     return ModelSpec(
         vocab_size=vocab_size,

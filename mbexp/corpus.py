@@ -158,11 +158,18 @@ def load_documents(name: str, *, path: str | None = None, max_docs: int | None =
     return docs[:max_docs] if max_docs else docs
 
 
-def split_documents(docs: list[str], val_fraction: float) -> tuple[list[str], list[str]]:
-    """A deterministic train/validation split decided by each document's content hash,
-    so identical documents always land on the same side."""
-    train, val = [], []
+def split_documents(docs: list[str], val_fraction: float,
+                    test_fraction: float = 0.0) -> tuple[list[str], list[str], list[str]]:
+    """A deterministic train/validation/test split decided by each document's content hash, so
+    identical documents always land on the same side. A hash below val_fraction is validation, the
+    next test_fraction is test: the validation documents do not depend on test_fraction."""
+    train, val, test = [], [], []
     for doc in docs:
         bucket = int.from_bytes(hashlib.blake2b(doc.encode(), digest_size=8).digest(), "big") / 2**64
-        (val if bucket < val_fraction else train).append(doc)
-    return train, val
+        if bucket < val_fraction:
+            val.append(doc)
+        elif bucket < val_fraction + test_fraction:
+            test.append(doc)
+        else:
+            train.append(doc)
+    return train, val, test

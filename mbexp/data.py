@@ -21,17 +21,19 @@ from mbexp.corpus import CorpusError, load_documents, split_documents
 from mbexp.io import atomic_write, write_json
 
 EOT = "<|endoftext|>"
-CACHE_FORMAT = 1  # bump when the cache layout or the tokenization changes
+CACHE_FORMAT = 2  # bump when the cache layout or the tokenization changes (2: a test split)
+SPLITS = ("train", "val", "test")
 
 
 @dataclass
 class TokenData:
-    """A prepared corpus: the tokenizer and memory-mapped train/validation token arrays."""
+    """A prepared corpus: the tokenizer and memory-mapped train/validation/test token arrays."""
 
     path: Path
     tokenizer: Tokenizer
     train: np.ndarray
     val: np.ndarray
+    test: np.ndarray  # empty when data.test_fraction is 0
     meta: dict
     cache_hit: bool
 
@@ -40,14 +42,15 @@ class TokenData:
         return self.tokenizer.get_vocab_size()
 
 
-def cache_key(docs: list[str], *, vocab_size: int, min_frequency: int, val_fraction: float) -> str:
+def cache_key(docs: list[str], *, vocab_size: int, min_frequency: int, val_fraction: float,
+              test_fraction: float) -> str:
     """A hash of the corpus content and every setting that changes the tokens."""
     h = hashlib.blake2b(digest_size=16)
     for doc in docs:
         h.update(hashlib.blake2b(doc.encode(), digest_size=16).digest())
     settings = dict(
         vocab_size=vocab_size, min_frequency=min_frequency, val_fraction=val_fraction,
-        format=CACHE_FORMAT, tokenizers=tokenizers.__version__,
+        test_fraction=test_fraction, format=CACHE_FORMAT, tokenizers=tokenizers.__version__,
     )
     h.update(json.dumps(settings, sort_keys=True).encode())
     return h.hexdigest()[:16]
@@ -92,7 +95,7 @@ def load_cache(path: Path) -> TokenData | None:
     meta_path = path / "meta.json"
     try:
         meta = json.loads(meta_path.read_text())
-        for split in ("train", "val"):
+        for split in SPLITS:
             f = path / f"{split}.bin"
             info = meta["files"][f"{split}.bin"]
             if f.stat().st_size != info["bytes"] or _digest(f) != info["digest"]:
@@ -100,22 +103,29 @@ def load_cache(path: Path) -> TokenData | None:
         if _digest(path / "tokenizer.json") != meta["files"]["tokenizer.json"]["digest"]:
             raise ValueError("tokenizer.json does not match meta.json")
         tok = Tokenizer.from_file(str(path / "tokenizer.json"))
-        arrays = {s: np.memmap(path / f"{s}.bin", dtype=meta["dtype"], mode="r") for s in ("train", "val")}
+        arrays = {s: _memmap(path / f"{s}.bin", meta["dtype"]) for s in SPLITS}
     except FileNotFoundError:
         return None
     except (ValueError, KeyError, TypeError, Exception) as exc:  # noqa: B014 - any damage means rebuild
         if meta_path.exists():
             print(f"warning: token cache {path} is damaged ({exc}); rebuilding it", file=sys.stderr)
         return None
-    return TokenData(path, tok, arrays["train"], arrays["val"], meta, cache_hit=True)
+    return TokenData(path, tok, arrays["train"], arrays["val"], arrays["test"], meta, cache_hit=True)
 
 
-def build_cache(path: Path, name: str, train_docs: list[str], val_docs: list[str], *, vocab_size: int,
+def _memmap(path: Path, dtype: str) -> np.ndarray:
+    if path.stat().st_size == 0:  # numpy cannot map an empty file
+        return np.zeros(0, dtype=dtype)
+    return np.memmap(path, dtype=dtype, mode="r")
+
+
+def build_cache(path: Path, name: str, docs: dict[str, list[str]], *, vocab_size: int,
                 min_frequency: int) -> TokenData:
-    """Train the tokenizer on the training split, encode both splits, write everything atomically."""
-    print(f"building token cache {path} ({len(train_docs)} train / {len(val_docs)} val documents)", file=sys.stderr)
-    tok = train_tokenizer(train_docs, vocab_size=vocab_size, min_frequency=min_frequency)
-    arrays = {"train": encode(tok, train_docs, "train"), "val": encode(tok, val_docs, "val")}
+    """Train the tokenizer on the training split, encode every split, write everything atomically."""
+    counts = " / ".join(f"{len(docs[s])} {s}" for s in SPLITS)
+    print(f"building token cache {path} ({counts} documents)", file=sys.stderr)
+    tok = train_tokenizer(docs["train"], vocab_size=vocab_size, min_frequency=min_frequency)
+    arrays = {s: encode(tok, docs[s], s) for s in SPLITS}
     path.mkdir(parents=True, exist_ok=True)
     (path / "meta.json").unlink(missing_ok=True)  # meta.json is written last: it marks a complete cache
     atomic_write(path / "tokenizer.json", lambda tmp: tok.save(tmp))
@@ -125,12 +135,12 @@ def build_cache(path: Path, name: str, train_docs: list[str], val_docs: list[str
         "corpus": name,
         "vocab_size": tok.get_vocab_size(),
         "dtype": np.dtype(arrays["train"].dtype).name,
-        "documents": {"train": len(train_docs), "val": len(val_docs)},
-        "bytes": {"train": sum(len(d.encode()) for d in train_docs), "val": sum(len(d.encode()) for d in val_docs)},
+        "documents": {s: len(docs[s]) for s in SPLITS},
+        "bytes": {s: sum(len(d.encode()) for d in docs[s]) for s in SPLITS},
         "tokens": {split: int(arr.size) for split, arr in arrays.items()},
         "files": {
             f: {"bytes": (path / f).stat().st_size, "digest": _digest(path / f)}
-            for f in ("train.bin", "val.bin", "tokenizer.json")
+            for f in (*(f"{s}.bin" for s in SPLITS), "tokenizer.json")
         },
     }
     write_json(path / "meta.json", meta)
@@ -154,23 +164,26 @@ def _file_lock(path: Path):
 def prepare(data_cfg, *, seq_len: int) -> TokenData:
     """The token data for `data_cfg` (a DataConfig), from the cache or built now."""
     docs = load_documents(data_cfg.name, path=data_cfg.path, max_docs=data_cfg.max_docs)
-    train_docs, val_docs = split_documents(docs, data_cfg.val_fraction)
-    if not train_docs or not val_docs:
+    splits = dict(zip(SPLITS, split_documents(docs, data_cfg.val_fraction, data_cfg.test_fraction), strict=True))
+    if not splits["train"] or not splits["val"] or (data_cfg.test_fraction and not splits["test"]):
         raise CorpusError(
             f"data={data_cfg.name}: {len(docs)} documents are too few for data.val_fraction={data_cfg.val_fraction} "
-            f"({len(train_docs)} train / {len(val_docs)} validation documents); add text or change the fraction"
+            f"and data.test_fraction={data_cfg.test_fraction} ("
+            + " / ".join(f"{len(splits[s])} {s}" for s in SPLITS) + " documents); add text or change the fractions"
         )
     key = cache_key(docs, vocab_size=data_cfg.vocab_size, min_frequency=data_cfg.min_frequency,
-                    val_fraction=data_cfg.val_fraction)
+                    val_fraction=data_cfg.val_fraction, test_fraction=data_cfg.test_fraction)
     path = Path(data_cfg.cache_dir) / f"{data_cfg.name}-{key}"
     data = load_cache(path)
     if data is None:
         with _file_lock(path.with_suffix(".lock")):
             data = load_cache(path) or build_cache(
-                path, data_cfg.name, train_docs, val_docs,
+                path, data_cfg.name, splits,
                 vocab_size=data_cfg.vocab_size, min_frequency=data_cfg.min_frequency,
             )
-    for split, arr in (("train", data.train), ("validation", data.val)):
+    for split, arr in (("train", data.train), ("validation", data.val), ("test", data.test)):
+        if split == "test" and not data_cfg.test_fraction:
+            continue
         if arr.size < seq_len + 2:
             raise CorpusError(
                 f"data={data_cfg.name}: the {split} split has {arr.size} tokens, too few for "
@@ -202,7 +215,7 @@ def _bytes_to_unicode() -> list[str]:
 
 
 class Batches:
-    """Seeded random training windows and a fixed set of validation windows.
+    """Seeded random training windows and fixed sets of validation and test windows.
 
     The training generator's state is the data position: saving and restoring it resumes
     the exact stream of batches. Under DDP every rank draws the global batch and keeps
@@ -216,10 +229,20 @@ class Batches:
         self.data, self.seq_len, self.batch_size = data, seq_len, batch_size
         self.rank, self.world_size = rank, world_size
         self.generator = torch.Generator().manual_seed(seed)
-        n_val = min(val_windows, (data.val.size - 1) // seq_len)
-        stride = (data.val.size - 1 - seq_len) // max(n_val - 1, 1)
-        self.val_starts = np.arange(n_val) * stride  # evenly spread, identical for every seed
+        self.starts = {split: self._eval_starts(getattr(data, split).size, val_windows) for split in ("val", "test")}
         self.bytes_per_token = token_bytes(data.tokenizer)
+
+    def _eval_starts(self, size: int, n_windows: int) -> np.ndarray:
+        """Up to n_windows starts evenly spread over a split: identical for every seed (none if it is empty)."""
+        if size < self.seq_len + 2:
+            return np.zeros(0, dtype=np.int64)
+        n = min(n_windows, (size - 1) // self.seq_len)
+        stride = (size - 1 - self.seq_len) // max(n - 1, 1)
+        return np.arange(n) * stride
+
+    @property
+    def val_starts(self) -> np.ndarray:
+        return self.starts["val"]
 
     def _windows(self, tokens: np.ndarray, starts: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         idx = starts[:, None] + np.arange(self.seq_len + 1)  # (B, T + 1)
@@ -233,10 +256,11 @@ class Batches:
         per_rank = self.batch_size // self.world_size
         return self._windows(self.data.train, starts[self.rank * per_rank : (self.rank + 1) * per_rank])
 
-    def val_batches(self, batch_size: int):
-        """The validation windows in order, as (x, y) batches."""
-        for i in range(0, len(self.val_starts), batch_size):
-            yield self._windows(self.data.val, self.val_starts[i : i + batch_size])
+    def val_batches(self, batch_size: int, split: str = "val"):
+        """The fixed windows of the validation (or test) split in order, as (x, y) batches."""
+        tokens, starts = getattr(self.data, split), self.starts[split]
+        for i in range(0, len(starts), batch_size):
+            yield self._windows(tokens, starts[i : i + batch_size])
 
     def state(self) -> torch.Tensor:
         return self.generator.get_state()
@@ -249,9 +273,11 @@ def describe(data: TokenData) -> str:
     m = data.meta
     return "\n".join([
         f"corpus       {m['corpus']}",
-        f"documents    {m['documents']['train']:,} train / {m['documents']['val']:,} validation",
-        f"bytes        {m['bytes']['train']:,} train / {m['bytes']['val']:,} validation",
-        f"tokens       {m['tokens']['train']:,} train / {m['tokens']['val']:,} validation ({m['dtype']})",
+        f"documents    {m['documents']['train']:,} train / {m['documents']['val']:,} validation / "
+        f"{m['documents']['test']:,} test",
+        f"bytes        {m['bytes']['train']:,} train / {m['bytes']['val']:,} validation / {m['bytes']['test']:,} test",
+        f"tokens       {m['tokens']['train']:,} train / {m['tokens']['val']:,} validation / "
+        f"{m['tokens']['test']:,} test ({m['dtype']})",
         f"vocabulary   {m['vocab_size']:,}",
         f"cache        {data.path} ({'cache hit' if data.cache_hit else 'built'})",
     ])

@@ -109,6 +109,18 @@ class DecoderLM(nn.Module):
         return logits, loss
 
 
+FLOPS_FORMULA = "6*N_matmul + 12*n_layers*d_model*seq_len"
+
+
+def flops_per_token(model: "DecoderLM") -> int:
+    """Training FLOPs per token (FLOPS_FORMULA): 6 per matmul weight, forward and backward, where N_matmul
+    counts every nn.Linear weight, the tied LM head included (not embedding lookups nor norm gains),
+    plus the attention scores and their weighted sum (Kaplan et al. 2020)."""
+    s = model.spec
+    n_matmul = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
+    return 6 * n_matmul + 12 * s.n_layers * s.d_model * s.seq_len
+
+
 def param_counts(model: DecoderLM) -> dict[str, int]:
     """Total parameters (tied weights once), non-embedding ones, and those in FFNs."""
     total = sum(p.numel() for p in model.parameters())

@@ -15,23 +15,51 @@ from mbexp.config import Config
 # keys that change where or how a run is logged, not what it computes
 NOT_IDENTITY = ("seed", "name", "force", "results_dir", "device", "logger", "slurm", "data.cache_dir",
                 "train.log_every", "train.checkpoint_every", "train.progress")
+# Upgrades must not rename finished runs (tests/test_rules.py pins config -> directory pairs):
+# a key added later is left out of the hash while it has the value that reproduces the old behaviour,
+# and a key that stopped deciding the numbers is hashed at the one value every old run had.
+ADDED_LATER = {"data.test_fraction": 0.0}
+HASHED_AS = {"compile": False}  # compiling changes speed, not what is computed
+
+
+def _pop(d: dict, key: str):
+    *parents, leaf = key.split(".")
+    for part in parents:
+        d = d[part]
+    return d.pop(leaf, None)
 
 
 def identity(cfg: Config, *, without: tuple[str, ...] = ()) -> dict:
     """The config values that decide a run's numbers, as a nested dict."""
     d = asdict(cfg)
-    for key in NOT_IDENTITY + without:
-        node, *rest = key.split(".")
-        target = d
-        for part in [node, *rest][:-1]:
-            target = target[part]
-        target.pop(key.split(".")[-1], None)
+    for key in NOT_IDENTITY + tuple(HASHED_AS) + without:
+        _pop(d, key)
+    for key, old in ADDED_LATER.items():
+        if key not in without and _flat(d).get(key) == old:
+            _pop(d, key)
     return d
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    """{"a": {"b": 1}} -> {"a.b": 1}."""
+    out = {}
+    for key, value in d.items():
+        if isinstance(value, dict):
+            out |= _flat(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def identity_flat(cfg: Config) -> dict:
+    """identity(cfg) as dotted keys, for the summary: the table groups runs by these values."""
+    return _flat(identity(cfg))
 
 
 def config_hash(cfg: Config, *, without: tuple[str, ...] = ()) -> str:
     """A short stable hash of identity(cfg): different configs, different hashes."""
-    blob = json.dumps(identity(cfg, without=without), sort_keys=True)
+    d = identity(cfg, without=without) | {k: v for k, v in HASHED_AS.items() if k not in without}
+    blob = json.dumps(d, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:8]
 
 

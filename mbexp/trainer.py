@@ -20,8 +20,18 @@ from mbexp.config import Config, model_spec, to_object
 from mbexp.data import Batches, TokenData, prepare
 from mbexp.io import write_json, write_text
 from mbexp.logger import NullLogger, make_logger
-from mbexp.model import DecoderLM, param_counts
-from mbexp.runs import RunBusy, RunLock, config_hash, git_commit, row_name, run_dir, variant_name, versions
+from mbexp.model import DecoderLM, flops_per_token, param_counts
+from mbexp.runs import (
+    RunBusy,
+    RunLock,
+    config_hash,
+    git_commit,
+    identity_flat,
+    row_name,
+    run_dir,
+    variant_name,
+    versions,
+)
 from mbexp.schedule import lr_at
 
 log = logging.getLogger("mbexp")
@@ -70,11 +80,11 @@ def make_optimizer(model: torch.nn.Module, optim, device: torch.device) -> torch
 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, batches: Batches, device: torch.device, precision: str,
-             batch_size: int) -> tuple[float, float]:
-    """(log-perplexity in nats/token, bits per byte) over the fixed validation windows."""
+             batch_size: int, split: str = "val") -> tuple[float, float]:
+    """(log-perplexity in nats/token, bits per byte) over the fixed windows of `split` (val or test)."""
     model.eval()
     nll, tokens, nbytes = torch.zeros((), dtype=torch.float64), 0, 0
-    for x, y in batches.val_batches(batch_size):
+    for x, y in batches.val_batches(batch_size, split):
         with autocast(device, precision):
             logits, _ = model(x.to(device))
         nll += torch.nn.functional.cross_entropy(
@@ -181,7 +191,7 @@ def _train(cfg: Config, data: TokenData, directory: Path, chash: str, device: to
         run.restore(state)
         log.info("resuming %s from step %d", directory, run.step)
     distributed.barrier(ddp)  # every rank has read the checkpoint before rank 0 writes anything
-    run.start(counts, model.spec.d_ff, precision, device)
+    run.start(counts, model, data, precision, device)
     if ddp.enabled:
         step_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     else:
@@ -251,7 +261,11 @@ def _loop(cfg, run, step_model, model, optimizer, batches, device, precision, lo
         if run.step % tcfg.eval_every == 0 or run.step in (early, steps):
             t_eval = time.perf_counter()
             val_loss, val_bpb = evaluate(model, batches, device, precision, tcfg.batch_size)
-            run.record({"val_loss": val_loss, "val_bpb": val_bpb}, logger, early=run.step == early)
+            values = {"val_loss": val_loss, "val_bpb": val_bpb}
+            if run.step == steps and len(batches.starts["test"]):  # the held-out split, scored once at the end
+                values["test_loss"], values["test_bpb"] = evaluate(model, batches, device, precision,
+                                                                   tcfg.batch_size, "test")
+            run.record(values, logger, early=run.step == early)
             if not math.isfinite(val_loss):
                 run.status = "diverged"
                 break
@@ -282,10 +296,11 @@ class _RunState:
         self.wandb_id, self.early = state["wandb_id"], state["early"]
         self.loss_sum, self.n_losses = torch.tensor(state["loss_sum"]), state["n_losses"]
 
-    def start(self, counts: dict, d_ff: int, precision: str, device: torch.device) -> None:
+    def start(self, counts: dict, model: DecoderLM, data: TokenData, precision: str, device: torch.device) -> None:
         self.loss_sum = self.loss_sum.to(device)
         self.meta = {"params": counts["total"], "params_non_embedding": counts["non_embedding"],
-                     "params_ffn": counts["ffn"], "d_ff": d_ff, "precision": precision, "device": str(device)}
+                     "params_ffn": counts["ffn"], "d_ff": model.spec.d_ff, "flops_per_token": flops_per_token(model),
+                     "train_tokens": int(data.train.size), "precision": precision, "device": str(device)}
         if self.ddp.is_main:
             write_text(self.dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.structured(self.cfg)))
             write_text(self.dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in self.records))
@@ -328,17 +343,31 @@ class _RunState:
         c = self.cfg
         evals = [r for r in self.records if "val_loss" in r]
         final = evals[-1] if status == "completed" and evals else {}
-        tokens = self.step * c.train.batch_size * c.model.seq_len
+        trains = [r for r in self.records if "train_loss" in r]
+        final_train = trains[-1]["train_loss"] if status == "completed" and trains else None
+        rates = sorted(r["tokens_per_s"] for r in trains)
+        tokens_per_step = c.train.batch_size * c.model.seq_len
+        tokens = self.step * tokens_per_step
+        train_tokens = self.meta.get("train_tokens")
         summary = {
             "status": status, "experiment": c.name, "variant": self.variant, "row": row_name(c),
             "row_id": config_hash(c, without=("optim.warmup_steps",)), "seed": c.seed, "config_hash": self.chash,
             "axes": {"norm": c.norm.name, "placement": c.placement.name, "ffn": c.ffn.name,
                      "hidden": c.hidden.name, "warmup_steps": c.optim.warmup_steps},
             "steps": c.train.steps, "step": self.step, **self.meta,
-            "early_step": max(1, c.train.steps // 8), "early_val_loss": None, "early_val_bpb": None, **self.early,
+            "identity": identity_flat(c),
+            "early_step": max(1, c.train.steps // 8), "early_tokens": max(1, c.train.steps // 8) * tokens_per_step,
+            "early_val_loss": None, "early_val_bpb": None, **self.early,
             "final_val_loss": final.get("val_loss"), "final_val_bpb": final.get("val_bpb"),
-            "tokens_seen": tokens, "wall_time_s": round(self.wall_time(), 3),
+            "final_test_loss": final.get("test_loss"), "final_test_bpb": final.get("test_bpb"),
+            # the mean train loss of the last log interval, and its gap to validation (positive: overfitting)
+            "final_train_loss": final_train,
+            "generalization_gap": final_train - final["val_loss"] if final_train is not None and final else None,
+            "tokens_seen": tokens, "epochs": round(tokens / train_tokens, 4) if train_tokens else None,
+            "wall_time_s": round(self.wall_time(), 3),
             "tokens_per_s": round(tokens / self.train_time, 1) if self.train_time else None,
+            # the median over log intervals: less sensitive to a moment of load on a shared machine
+            "tokens_per_s_median": round(rates[len(rates) // 2], 1) if rates else None,
             "git_commit": git_commit(), "versions": versions(), "wandb_id": self.wandb_id, **extra,
         }
         if self.ddp.is_main:
@@ -349,10 +378,10 @@ class _RunState:
         """Write the final summary and close the W&B run (exit code 1 unless the run finished)."""
         summary = self.write_summary(status, **extra)
         if status == "completed":
-            logger.log({"final_val_loss": summary["final_val_loss"], "final_val_bpb": summary["final_val_bpb"]},
-                       step=self.step)
+            logger.log({k: summary[k] for k in ("final_val_loss", "final_val_bpb", "final_test_loss", "final_test_bpb")
+                        if summary[k] is not None}, step=self.step)
         if self.ddp.is_main:
-            log.info("%s seed=%d %s at step %d: val log-ppl %s", self.variant, self.cfg.seed, status, self.step,
-                     summary["final_val_loss"])
+            log.info("%s seed=%d %s at step %d: val log-ppl %s, test log-ppl %s", self.variant, self.cfg.seed, status,
+                     self.step, summary["final_val_loss"], summary["final_test_loss"])
         logger.finish(0 if status in FINISHED else 1)
         return summary

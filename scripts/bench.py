@@ -29,7 +29,8 @@ from mbexp.config import Config, compose_config, model_spec, to_object
 from mbexp.data import Batches, TokenData, prepare
 from mbexp.ffn import FFNS
 from mbexp.io import write_json
-from mbexp.model import DecoderLM, param_counts
+from mbexp.model import FLOPS_FORMULA, DecoderLM, param_counts
+from mbexp.model import flops_per_token as model_flops_per_token
 from mbexp.norms import NORMS, build_norm
 from mbexp.runs import run_dir
 from mbexp.schedule import lr_at
@@ -38,7 +39,6 @@ from mbexp.trainer import autocast, cpu_has_bf16, evaluate, make_optimizer, reso
 ROOT = Path(__file__).resolve().parent.parent
 PRECISIONS = ("fp32", "bf16")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-FLOPS_FORMULA = "6*N_matmul + 12*n_layers*d_model*seq_len"
 N_MATMUL = "N_matmul = every nn.Linear weight, the tied LM head included (embedding lookups and norm gains excluded)"
 # Per device type: steps of one throughput run; the timing window (the trainer's train.log_every);
 # steps per variant and round, and the window they are timed in; matmul sizes and matmuls per timing.
@@ -92,12 +92,11 @@ def summarize(rates: list[float]) -> dict:
 
 
 def flops_per_token(model: DecoderLM) -> dict:
-    """Training FLOPs per token: 6 per matmul weight (forward + backward) plus the attention scores."""
+    """Training FLOPs per token, by the formula the run summaries record (mbexp.model.flops_per_token)."""
     s = model.spec
     n_matmul = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
-    attention = 12 * s.n_layers * s.d_model * s.seq_len
-    return {"formula": FLOPS_FORMULA, "n_matmul_note": N_MATMUL, "n_matmul": n_matmul, "attention": attention,
-            "flops_per_token": 6 * n_matmul + attention}
+    return {"formula": FLOPS_FORMULA, "n_matmul_note": N_MATMUL, "n_matmul": n_matmul,
+            "attention": 12 * s.n_layers * s.d_model * s.seq_len, "flops_per_token": model_flops_per_token(model)}
 
 
 def matmul_peak(device: torch.device, sizes: tuple[int, ...], inner: int, reps: int) -> dict:

@@ -147,26 +147,34 @@ def test_last_document_is_prose(bigtxt_docs):
 
 
 def test_split_is_deterministic_and_disjoint(bigtxt_docs):
-    train, val = split_documents(bigtxt_docs, 0.05)
-    assert (train, val) == split_documents(bigtxt_docs, 0.05)
-    assert len(train) + len(val) == len(bigtxt_docs)
-    assert not set(train) & set(val)
-    assert 0.04 < len(val) / len(bigtxt_docs) < 0.06
+    train, val, test = split_documents(bigtxt_docs, 0.05, 0.05)
+    assert (train, val, test) == split_documents(bigtxt_docs, 0.05, 0.05)
+    assert len(train) + len(val) + len(test) == len(bigtxt_docs)
+    assert not set(train) & set(val) and not set(train) & set(test) and not set(val) & set(test)
+    assert 0.04 < len(val) / len(bigtxt_docs) < 0.06 and 0.04 < len(test) / len(bigtxt_docs) < 0.06
+
+
+def test_test_split_leaves_validation_unchanged_and_comes_out_of_training(bigtxt_docs):
+    train0, val0, test0 = split_documents(bigtxt_docs, 0.05)
+    train, val, test = split_documents(bigtxt_docs, 0.05, 0.05)
+    assert test0 == [] and val == val0  # older runs' validation set is the same documents
+    assert set(train) | set(test) == set(train0) and len(train) + len(test) == len(train0)
 
 
 def test_split_depends_on_content_not_order():
     docs = [f"document number {i} about {WORDS[i % len(WORDS)]}" for i in range(4000)]
-    train, val = split_documents(docs, 0.2)
-    r_train, r_val = split_documents(docs[::-1], 0.2)
-    assert set(train) == set(r_train) and set(val) == set(r_val)
-    assert 0.17 < len(val) / len(docs) < 0.23
+    train, val, test = split_documents(docs, 0.2, 0.1)
+    r_train, r_val, r_test = split_documents(docs[::-1], 0.2, 0.1)
+    assert set(train) == set(r_train) and set(val) == set(r_val) and set(test) == set(r_test)
+    assert 0.17 < len(val) / len(docs) < 0.23 and 0.08 < len(test) / len(docs) < 0.12
     assert split_documents(docs + docs[:10], 0.2)[1].count(docs[0]) in (0, 2)  # duplicates stay together
 
 
 def test_prepared_split_matches(bigtxt_tokens, bigtxt_docs):
-    train, val = split_documents(bigtxt_docs, 0.05)
-    assert bigtxt_tokens.meta["documents"] == {"train": len(train), "val": len(val)}
+    train, val, test = split_documents(bigtxt_docs, 0.05, 0.05)
+    assert bigtxt_tokens.meta["documents"] == {"train": len(train), "val": len(val), "test": len(test)}
     assert bigtxt_tokens.meta["bytes"]["val"] == sum(len(d.encode()) for d in val)
+    assert bigtxt_tokens.meta["bytes"]["test"] == sum(len(d.encode()) for d in test)
 
 
 # (d) the tokenizer ------------------------------------------------------------------------------------------
@@ -175,22 +183,23 @@ def test_prepared_split_matches(bigtxt_tokens, bigtxt_docs):
 def test_validation_documents_round_trip(bigtxt_tokens, bigtxt_docs):
     tok = bigtxt_tokens.tokenizer
     assert bigtxt_tokens.vocab_size == 512
-    _, val = split_documents(bigtxt_docs, 0.05)
+    _, val, _ = split_documents(bigtxt_docs, 0.05, 0.05)
     non_ascii = [d for d in val if not d.isascii()][:5]
     for doc in val[:40] + non_ascii:
         assert tok.decode(tok.encode(doc).ids) == doc
 
 
-def test_cached_validation_tokens_are_the_validation_documents(bigtxt_tokens, bigtxt_docs):
-    _, val = split_documents(bigtxt_docs, 0.05)
+@pytest.mark.parametrize("split", ["val", "test"])
+def test_cached_held_out_tokens_are_their_documents(bigtxt_tokens, bigtxt_docs, split):
+    docs = dict(zip(("train", "val", "test"), split_documents(bigtxt_docs, 0.05, 0.05), strict=True))[split]
     tok = bigtxt_tokens.tokenizer
     eot = tok.token_to_id(EOT)
-    tokens = np.asarray(bigtxt_tokens.val)
+    tokens = np.asarray(getattr(bigtxt_tokens, split))
     ends = np.flatnonzero(tokens == eot)
-    assert len(ends) == len(val)
+    assert len(ends) == len(docs)
     starts = np.concatenate([[0], ends[:-1] + 1])
-    for i in (0, 1, len(val) // 2, len(val) - 1):
-        assert tok.decode(tokens[starts[i] : ends[i]].tolist()) == val[i]
+    for i in (0, 1, len(docs) // 2, len(docs) - 1):
+        assert tok.decode(tokens[starts[i] : ends[i]].tolist()) == docs[i]
 
 
 # (e) the cache key ------------------------------------------------------------------------------------------
@@ -198,12 +207,13 @@ def test_cached_validation_tokens_are_the_validation_documents(bigtxt_tokens, bi
 
 def test_cache_key_tracks_corpus_and_settings():
     docs = [f"paragraph {i}: {' '.join(WORDS[i:i + 5])}" for i in range(50)]
-    settings = dict(vocab_size=512, min_frequency=2, val_fraction=0.05)
+    settings = dict(vocab_size=512, min_frequency=2, val_fraction=0.05, test_fraction=0.05)
     key = cache_key(docs, **settings)
     assert key == cache_key(list(docs), **settings)
     assert key != cache_key(docs, **{**settings, "vocab_size": 1024})
     assert key != cache_key(docs, **{**settings, "min_frequency": 3})
     assert key != cache_key(docs, **{**settings, "val_fraction": 0.1})
+    assert key != cache_key(docs, **{**settings, "test_fraction": 0.0})
     altered = docs.copy()
     altered[17] = altered[17] + "!"
     assert key != cache_key(altered, **settings)
@@ -253,7 +263,17 @@ def pristine_small_cache(tmp_path_factory):
     return cache_dir, np.array(data.train), np.array(data.val), data.tokenizer.get_vocab()
 
 
-@pytest.mark.parametrize("damage", [_truncate_train, _flip_val_byte, _garbage_tokenizer, _garbage_meta, _remove_val])
+def _flip_test_byte(path: Path) -> None:
+    with open(path / "test.bin", "r+b") as f:
+        f.seek(5)
+        b = f.read(1)
+        f.seek(5)
+        f.write(bytes([b[0] ^ 0xFF]))
+
+
+@pytest.mark.parametrize(
+    "damage", [_truncate_train, _flip_val_byte, _flip_test_byte, _garbage_tokenizer, _garbage_meta, _remove_val]
+)
 def test_damaged_cache_is_rebuilt(tmp_path, pristine_small_cache, damage):
     pristine, train, val, vocab = pristine_small_cache
     shutil.copytree(pristine, tmp_path / "cache")
@@ -358,7 +378,7 @@ def test_too_few_documents_for_the_split(tmp_path, hf_tmp_cache, capsys):
     assert main(args) != 0
     err = capsys.readouterr().err
     assert "3 documents" in err and "val_fraction=0.05" in err
-    assert re.search(r"\d+ train / \d+ validation", err)
+    assert re.search(r"\d+ train / \d+ val / \d+ test documents", err)
 
 
 def test_too_few_tokens_for_seq_len(tmp_path, hf_tmp_cache, capsys):
@@ -410,7 +430,7 @@ def test_cli_prints_statistics_then_hits_the_cache(tmp_path):
     assert second.returncode == 0, second.stderr
     for out in (first.stdout, second.stdout):
         assert re.search(r"corpus\s+bigtxt", out)
-        docs = re.search(r"documents\s+([\d,]+) train / ([\d,]+) validation", out)
+        docs = re.search(r"documents\s+([\d,]+) train / ([\d,]+) validation / ([\d,]+) test", out)
         assert docs and sum(int(g.replace(",", "")) for g in docs.groups()) == 3000
         assert re.search(r"tokens\s+[\d,]+ train / [\d,]+ validation", out)
         assert re.search(r"vocabulary\s+512\b", out)

@@ -1,6 +1,7 @@
 """Pure rules: the learning-rate schedule, the run identity, the variant name and run directory, argv."""
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -72,3 +73,25 @@ def test_row_id_ignores_only_the_warmup():
 ])
 def test_multirun_flag_moves_to_the_front(argv, expected):
     assert normalize_argv(argv) == expected
+
+
+# Golden config -> run-directory pairs. A change that renames a finished run makes a rerun of its sweep
+# train it again: update these only on purpose, and say so in the commit. The data.test_fraction=0 rows
+# are the directories of runs made before the test split existed (v0.1); the others date from it (v0.2).
+GOLDEN_RUN_DIRS = [
+    ([], "default/layer-pre-relu-matched-wu30-d18382fd/seed=0"),
+    (["norm=rms", "ffn=swiglu", "seed=2"], "default/rms-pre-swiglu-matched-wu30-01c9939f/seed=2"),
+    (["+experiment=shazeer_ffn_cpu", "ffn=geglu"], "shazeer_ffn_cpu/layer-pre-geglu-matched-wu30-15d1b909/seed=0"),
+    (["compile=true"], "default/layer-pre-relu-matched-wu30-d18382fd/seed=0"),
+    (["data.test_fraction=0"], "default/layer-pre-relu-matched-wu30-b58a8ed0/seed=0"),
+    (["data.test_fraction=0", "norm=rms", "ffn=swiglu", "seed=2"],
+     "default/rms-pre-swiglu-matched-wu30-d75a6e46/seed=2"),
+    (["data.test_fraction=0", "+experiment=warmup_sensitivity_cpu", "placement=post", "optim.warmup_steps=100"],
+     "warmup_sensitivity_cpu/layer-post-relu-matched-wu100-96b8f681/seed=0"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "expected"), GOLDEN_RUN_DIRS)
+def test_run_directories_survive_upgrades(overrides, expected):
+    cfg = to_object(compose_config(overrides))
+    assert run_dir(cfg).relative_to(Path(cfg.results_dir) / "runs").as_posix() == expected

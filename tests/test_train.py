@@ -11,6 +11,7 @@ from tiny import REPO, clean, losses, metrics, overrides
 from wandb_files import offline_runs
 
 from mbexp.config import compose_config, to_object
+from mbexp.data import prepare
 from mbexp.runs import run_dir
 from mbexp.trainer import train
 
@@ -18,6 +19,8 @@ SUMMARY_FIELDS = {
     "status", "experiment", "variant", "seed", "params", "params_non_embedding", "params_ffn", "d_ff",
     "early_step", "early_val_loss", "early_val_bpb", "final_val_loss", "final_val_bpb", "tokens_seen",
     "wall_time_s", "tokens_per_s", "git_commit", "versions", "config_hash", "axes", "row", "row_id",
+    "final_test_loss", "final_test_bpb", "final_train_loss", "generalization_gap", "epochs", "train_tokens",
+    "tokens_per_s_median", "flops_per_token", "early_tokens", "identity",
 }
 
 
@@ -58,6 +61,32 @@ def test_summary_matches_metrics(tmp_path, cache):
     assert (directory / "config.yaml").read_text().count("swiglu") == 1
     assert not list(directory.glob("checkpoint*")), "a completed run keeps no checkpoint"
     assert all(r["lr"] > 0 and math.isfinite(r["grad_norm"]) for r in trains)
+
+
+def test_final_evaluation_scores_the_held_out_test_split_once(tmp_path, cache):
+    summary, directory = run(tmp_path, cache)
+    tests = [r for r in metrics(directory) if "test_loss" in r]
+    assert [r["step"] for r in tests] == [30]  # periodic evaluations stay on validation
+    assert summary["final_test_loss"] == tests[0]["test_loss"] and summary["final_test_bpb"] == tests[0]["test_bpb"]
+    assert summary["final_test_loss"] != summary["final_val_loss"]  # a different set of documents
+    assert abs(summary["final_test_loss"] - summary["final_val_loss"]) < 0.5
+    trains = [r for r in metrics(directory) if "train_loss" in r]
+    assert summary["final_train_loss"] == trains[-1]["train_loss"]
+    assert summary["generalization_gap"] == summary["final_train_loss"] - summary["final_val_loss"]
+    data = prepare(to_object(compose_config(clean(overrides(tmp_path, cache)))).data, seq_len=32)
+    assert summary["train_tokens"] == data.train.size
+    assert summary["epochs"] == round(30 * 8 * 32 / data.train.size, 4)
+    assert summary["early_tokens"] == 3 * 8 * 32
+    rates = sorted(r["tokens_per_s"] for r in trains)
+    assert summary["tokens_per_s_median"] == round(rates[len(rates) // 2], 1)
+    assert summary["identity"]["data.test_fraction"] == 0.05 and "seed" not in summary["identity"]
+
+
+def test_without_a_test_split_the_summary_has_no_test_numbers(tmp_path, cache):
+    summary, directory = run(tmp_path, cache, "data.test_fraction=0")
+    assert summary["status"] == "completed" and summary["final_test_loss"] is None
+    assert not [r for r in metrics(directory) if "test_loss" in r]
+    assert "data.test_fraction" not in summary["identity"]  # and so the run keeps its pre-test-split directory
 
 
 def test_wandb_offline_run_read_back_from_disk(tmp_path, cache):
