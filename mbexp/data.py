@@ -3,11 +3,9 @@
 `python -m mbexp.data [overrides]` prepares a corpus and prints its statistics.
 """
 
-import fcntl
 import hashlib
 import json
 import sys
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +16,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from tqdm.auto import tqdm
 
 from mbexp.corpus import CorpusError, load_documents, split_documents
-from mbexp.io import atomic_write, write_json
+from mbexp.io import atomic_write, file_lock, write_json
 
 EOT = "<|endoftext|>"
 CACHE_FORMAT = 2  # bump when the cache layout or the tokenization changes (2: a test split)
@@ -149,18 +147,6 @@ def build_cache(path: Path, name: str, docs: dict[str, list[str]], *, vocab_size
     return data
 
 
-@contextmanager
-def _file_lock(path: Path):
-    """An exclusive lock, so that two processes never build the same cache at once."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def prepare(data_cfg, *, seq_len: int) -> TokenData:
     """The token data for `data_cfg` (a DataConfig), from the cache or built now."""
     docs = load_documents(data_cfg.name, path=data_cfg.path, max_docs=data_cfg.max_docs)
@@ -176,7 +162,7 @@ def prepare(data_cfg, *, seq_len: int) -> TokenData:
     path = Path(data_cfg.cache_dir) / f"{data_cfg.name}-{key}"
     data = load_cache(path)
     if data is None:
-        with _file_lock(path.with_suffix(".lock")):
+        with file_lock(path.with_suffix(".lock")):  # two processes never build one cache at once
             data = load_cache(path) or build_cache(
                 path, data_cfg.name, splits,
                 vocab_size=data_cfg.vocab_size, min_frequency=data_cfg.min_frequency,

@@ -1,6 +1,6 @@
 """Run identity and run files: the variant name, the run directory, the lock, provenance."""
 
-import fcntl
+import contextlib
 import hashlib
 import json
 import os
@@ -11,6 +11,7 @@ from importlib import metadata
 from pathlib import Path
 
 from mbexp.config import Config
+from mbexp.io import file_lock
 
 # keys that change where or how a run is logged, not what it computes
 NOT_IDENTITY = ("seed", "name", "force", "results_dir", "device", "logger", "slurm", "data.cache_dir",
@@ -86,25 +87,17 @@ class RunLock:
 
     def __init__(self, directory: Path):
         self.path = Path(directory) / ".lock"
-        self.file = None
+        self.held = contextlib.ExitStack()
 
     def __enter__(self):
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.file = open(self.path, "a+")
         try:
-            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self.held.enter_context(file_lock(self.path, wait=False, note=f"{platform.node()} {os.getpid()}\n"))
         except BlockingIOError:
-            self.file.close()
             raise RunBusy(f"{self.path.parent} is being trained by another process") from None
-        self.file.seek(0)
-        self.file.truncate()
-        self.file.write(f"{platform.node()} {os.getpid()}\n")
-        self.file.flush()
         return self
 
     def __exit__(self, *exc):
-        fcntl.flock(self.file, fcntl.LOCK_UN)
-        self.file.close()
+        return self.held.__exit__(*exc)
 
 
 def git_commit() -> str:

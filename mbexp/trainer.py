@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 from mbexp import checkpoint, distributed
 from mbexp.config import Config, model_spec, to_object
 from mbexp.data import Batches, TokenData, prepare
-from mbexp.io import write_json, write_text
+from mbexp.io import FINISHED, read_summary, write_json, write_text
 from mbexp.logger import NullLogger, make_logger
 from mbexp.model import DecoderLM, flops_per_token, param_counts
 from mbexp.runs import (
@@ -35,7 +35,6 @@ from mbexp.runs import (
 from mbexp.schedule import lr_at
 
 log = logging.getLogger("mbexp")
-FINISHED = ("completed", "diverged")
 
 
 def resolve_device(name: str) -> torch.device:
@@ -129,13 +128,6 @@ class StopRequest:
     def __exit__(self, *exc):
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
-
-
-def read_summary(directory: Path) -> dict | None:
-    try:
-        return json.loads((directory / "summary.json").read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def _finished(directory: Path, chash: str, force: bool) -> dict | None:
