@@ -5,7 +5,9 @@ import hashlib
 import os
 import re
 import socket
+from collections.abc import Iterable, Iterator
 from importlib import resources
+from itertools import islice
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -15,6 +17,9 @@ HUB = {  # data.name -> (dataset id, config)
     "wikitext2": ("Salesforce/wikitext", "wikitext-2-raw-v1"),
     "wikitext103": ("Salesforce/wikitext", "wikitext-103-raw-v1"),
 }
+CORPORA = ("bigtxt", *HUB, "text")  # the data.name choices (conf/data/<name>.yaml)
+SPLITS = ("train", "val", "test")
+HUB_BATCH = 10_000  # rows read from a hub dataset's Arrow files at a time
 _BOOK = re.compile(  # a book's body lies between its START and END markers
     r"^\*\*\* ?START OF (?:THE|THIS) PROJECT GUTENBERG EBOOK.*?\*\*\*$"
     r"(.*?)"
@@ -108,29 +113,51 @@ def hub_reachable(timeout: float = 5.0) -> bool:
         return False
 
 
-def _wikitext_articles(lines: list[str]) -> list[str]:
-    """Join wikitext lines into articles, which start at ' = Title = ' headings."""
-    articles, current = [], []
+def _wikitext_articles(lines: Iterable[str]) -> Iterator[str]:
+    """Join wikitext lines into articles, which start at ' = Title = ' headings; one article in memory at a time."""
+    current = []
     for line in lines:
         if re.match(r"^ = [^=].* = $", line.rstrip("\n")) and current:
-            articles.append("".join(current).strip())
+            if article := "".join(current).strip():
+                yield article
             current = []
         current.append(line)
-    articles.append("".join(current).strip())
-    return [a for a in articles if a]
+    if article := "".join(current).strip():
+        yield article
 
 
-def load_hub(name: str, max_docs: int | None = None) -> list[str]:
-    """A hub corpus, all splits pooled (mbexp makes its own split); fails fast offline."""
+class HubDocuments:
+    """A hub corpus's documents, all splits pooled in a fixed order (mbexp makes its own split). Each
+    iteration reads datasets' memory-mapped Arrow files afresh, HUB_BATCH rows at a time, so the corpus
+    is never held as one Python list of every story."""
+
+    def __init__(self, name: str, splits, max_docs: int | None = None):
+        self.name, self.splits, self.max_docs = name, splits, max_docs  # splits: a datasets.DatasetDict
+
+    def _lines(self) -> Iterator[str]:
+        for split in sorted(self.splits):
+            for batch in self.splits[split].iter(batch_size=HUB_BATCH):
+                yield from batch["text"]
+
+    def __iter__(self) -> Iterator[str]:
+        if self.name.startswith("wikitext"):
+            docs = _wikitext_articles(self._lines())
+        else:
+            docs = (t.strip() for t in self._lines() if t.strip())
+        return islice(docs, self.max_docs)
+
+
+def load_hub(name: str, max_docs: int | None = None) -> HubDocuments:
+    """A hub corpus (re-iterable, streamed from the datasets cache); fails fast offline."""
     dataset_id, config = HUB[name]
     offline = os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("HF_DATASETS_OFFLINE") == "1"
-    if not offline and not hub_reachable():
+    if not offline and not os.path.isdir(dataset_id) and not hub_reachable():
         offline = True
         os.environ["HF_HUB_OFFLINE"] = "1"  # use a local copy if there is one, never wait on the network
     from datasets import load_dataset
 
     try:
-        ds = load_dataset(dataset_id, config)
+        splits = load_dataset(dataset_id, config)
     except Exception as exc:  # datasets raises many types for "not reachable and not cached"
         if offline:
             raise CorpusError(
@@ -138,38 +165,46 @@ def load_hub(name: str, max_docs: int | None = None) -> list[str]:
                 "offline, use data=bigtxt (embedded) or data=text data.path=<your files>"
             ) from exc
         raise CorpusError(f"data={name}: loading {dataset_id} failed: {exc}") from exc
-    texts = [t for split in sorted(ds) for t in ds[split]["text"]]
-    docs = _wikitext_articles(texts) if name.startswith("wikitext") else [t.strip() for t in texts if t.strip()]
-    return docs[:max_docs] if max_docs else docs
+    if "text" not in splits[sorted(splits)[0]].column_names:
+        raise CorpusError(f"data={name}: {dataset_id} has no 'text' column")
+    return HubDocuments(name, splits, max_docs)
 
 
-def load_documents(name: str, *, path: str | None = None, max_docs: int | None = None) -> list[str]:
-    """The documents of corpus `name`, in a fixed order."""
+def documents(name: str, *, path: str | None = None, max_docs: int | None = None) -> Iterable[str]:
+    """The documents of corpus `name` in a fixed order, as a re-iterable: a list for the embedded corpus and
+    a user's files, a stream over datasets' files for the hub corpora."""
     if name == "bigtxt":
         docs = load_bigtxt()
     elif name == "text":
         docs = load_text(path)
     elif name in HUB:
-        docs = load_hub(name, max_docs)
+        return load_hub(name, max_docs)
     else:
-        raise CorpusError(f"unknown data.name '{name}'; valid: bigtxt, text, {', '.join(HUB)}")
+        raise CorpusError(f"unknown data.name '{name}'; valid: {', '.join(CORPORA)}")
     if not docs:
         raise CorpusError(f"data={name}: the corpus is empty" + (f" (data.path={path})" if path else ""))
     return docs[:max_docs] if max_docs else docs
 
 
-def split_documents(docs: list[str], val_fraction: float,
+def load_documents(name: str, *, path: str | None = None, max_docs: int | None = None) -> list[str]:
+    """The documents of corpus `name`, in a fixed order, as one list."""
+    return list(documents(name, path=path, max_docs=max_docs))
+
+
+def split_of(doc: str, val_fraction: float, test_fraction: float = 0.0) -> str:
+    """The split ('train', 'val' or 'test') of one document, decided by its content hash, so identical
+    documents always land on the same side. A hash below val_fraction is validation, the next
+    test_fraction is test: the validation documents do not depend on test_fraction."""
+    bucket = int.from_bytes(hashlib.blake2b(doc.encode(), digest_size=8).digest(), "big") / 2**64
+    if bucket < val_fraction:
+        return "val"
+    return "test" if bucket < val_fraction + test_fraction else "train"
+
+
+def split_documents(docs: Iterable[str], val_fraction: float,
                     test_fraction: float = 0.0) -> tuple[list[str], list[str], list[str]]:
-    """A deterministic train/validation/test split decided by each document's content hash, so
-    identical documents always land on the same side. A hash below val_fraction is validation, the
-    next test_fraction is test: the validation documents do not depend on test_fraction."""
-    train, val, test = [], [], []
+    """The train/validation/test lists of `docs` by split_of, each in corpus order."""
+    out = {split: [] for split in SPLITS}
     for doc in docs:
-        bucket = int.from_bytes(hashlib.blake2b(doc.encode(), digest_size=8).digest(), "big") / 2**64
-        if bucket < val_fraction:
-            val.append(doc)
-        elif bucket < val_fraction + test_fraction:
-            test.append(doc)
-        else:
-            train.append(doc)
-    return train, val, test
+        out[split_of(doc, val_fraction, test_fraction)].append(doc)
+    return out["train"], out["val"], out["test"]

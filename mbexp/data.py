@@ -6,7 +6,9 @@
 import hashlib
 import json
 import sys
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -15,12 +17,11 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from tqdm.auto import tqdm
 
-from mbexp.corpus import CorpusError, load_documents, split_documents
+from mbexp.corpus import SPLITS, CorpusError, documents, split_of
 from mbexp.io import atomic_write, file_lock, write_json
 
 EOT = "<|endoftext|>"
 CACHE_FORMAT = 2  # bump when the cache layout or the tokenization changes (2: a test split)
-SPLITS = ("train", "val", "test")
 
 
 @dataclass
@@ -40,9 +41,9 @@ class TokenData:
         return self.tokenizer.get_vocab_size()
 
 
-def cache_key(docs: list[str], *, vocab_size: int, min_frequency: int, val_fraction: float,
+def cache_key(docs: Iterable[str], *, vocab_size: int, min_frequency: int, val_fraction: float,
               test_fraction: float) -> str:
-    """A hash of the corpus content and every setting that changes the tokens."""
+    """A hash of the corpus content (streamed: one document at a time) and every setting that changes the tokens."""
     h = hashlib.blake2b(digest_size=16)
     for doc in docs:
         h.update(hashlib.blake2b(doc.encode(), digest_size=16).digest())
@@ -54,7 +55,8 @@ def cache_key(docs: list[str], *, vocab_size: int, min_frequency: int, val_fract
     return h.hexdigest()[:16]
 
 
-def train_tokenizer(docs: list[str], *, vocab_size: int, min_frequency: int) -> Tokenizer:
+def train_tokenizer(docs: Iterable[str], *, vocab_size: int, min_frequency: int,
+                    length: int | None = None) -> Tokenizer:
     """Byte-level BPE trained on `docs`: every byte is in the alphabet, so decoding is exact."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -63,29 +65,41 @@ def train_tokenizer(docs: list[str], *, vocab_size: int, min_frequency: int) -> 
         vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=[EOT],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
     )
-    tok.train_from_iterator(docs, trainer=trainer, length=len(docs))
+    tok.train_from_iterator(docs, trainer=trainer, length=length)
     return tok
 
 
-def encode(tok: Tokenizer, docs: list[str], desc: str, chunk: int = 2048) -> np.ndarray:
-    """Token ids of all docs, each followed by the end-of-text token."""
+def _batches(items: Iterable[str], size: int) -> Iterator[list[str]]:
+    it = iter(items)
+    while batch := list(islice(it, size)):
+        yield batch
+
+
+def encode(tok: Tokenizer, docs: Iterable[str], out: Path, *, desc: str, total: int | None = None,
+           chunk: int = 2048) -> dict:
+    """Write the token ids of `docs`, each followed by the end-of-text token, to `out` (atomically), one chunk
+    of documents at a time; returns the documents, text bytes and tokens written."""
     eot = tok.token_to_id(EOT)
     dtype = np.uint16 if tok.get_vocab_size() < 2**16 else np.uint32
-    parts = []
-    with tqdm(total=len(docs), desc=f"tokenizing {desc}", unit="doc", file=sys.stderr, leave=False) as bar:
-        for i in range(0, len(docs), chunk):
-            for enc in tok.encode_batch(docs[i : i + chunk]):
-                parts.append(np.array(enc.ids + [eot], dtype=dtype))
-            bar.update(len(docs[i : i + chunk]))
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+    written = {"documents": 0, "bytes": 0, "tokens": 0, "dtype": np.dtype(dtype).name}
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as f, tqdm(total=total, desc=f"tokenizing {desc}", unit="doc", file=sys.stderr,
+                                         leave=False) as bar:
+            for batch in _batches(docs, chunk):
+                ids = np.concatenate([np.array(enc.ids + [eot], dtype=dtype) for enc in tok.encode_batch(batch)])
+                ids.tofile(f)
+                written["documents"] += len(batch)
+                written["bytes"] += sum(len(d.encode()) for d in batch)
+                written["tokens"] += int(ids.size)
+                bar.update(len(batch))
+
+    atomic_write(out, write)
+    return written
 
 
 def _digest(path: Path) -> str:
     return hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest()
-
-
-def _save_array(path: Path, arr: np.ndarray) -> None:
-    atomic_write(path, lambda tmp: arr.tofile(tmp))
 
 
 def load_cache(path: Path) -> TokenData | None:
@@ -117,25 +131,32 @@ def _memmap(path: Path, dtype: str) -> np.ndarray:
     return np.memmap(path, dtype=dtype, mode="r")
 
 
-def build_cache(path: Path, name: str, docs: dict[str, list[str]], *, vocab_size: int,
-                min_frequency: int) -> TokenData:
-    """Train the tokenizer on the training split, encode every split, write everything atomically."""
-    counts = " / ".join(f"{len(docs[s])} {s}" for s in SPLITS)
-    print(f"building token cache {path} ({counts} documents)", file=sys.stderr)
-    tok = train_tokenizer(docs["train"], vocab_size=vocab_size, min_frequency=min_frequency)
-    arrays = {s: encode(tok, docs[s], s) for s in SPLITS}
+class SplitDocuments:
+    """The documents of one split of a re-iterable corpus, in corpus order; each iteration reads the corpus anew."""
+
+    def __init__(self, docs: Iterable[str], split: str, fractions: tuple[float, float]):
+        self.docs, self.split, self.fractions = docs, split, fractions
+
+    def __iter__(self) -> Iterator[str]:
+        return (doc for doc in self.docs if split_of(doc, *self.fractions) == self.split)
+
+
+def build_cache(path: Path, name: str, docs: Iterable[str], *, fractions: tuple[float, float], counts: dict,
+                vocab_size: int, min_frequency: int) -> TokenData:
+    """Train the tokenizer on the training split, encode every split to disk, write everything atomically.
+    `docs` is re-iterable and read once per step, never held whole; `counts` are its documents per split."""
+    print(f"building token cache {path} ({' / '.join(f'{counts[s]} {s}' for s in SPLITS)} documents)", file=sys.stderr)
+    splits = {s: SplitDocuments(docs, s, fractions) for s in SPLITS}
+    tok = train_tokenizer(splits["train"], vocab_size=vocab_size, min_frequency=min_frequency, length=counts["train"])
     path.mkdir(parents=True, exist_ok=True)
     (path / "meta.json").unlink(missing_ok=True)  # meta.json is written last: it marks a complete cache
     atomic_write(path / "tokenizer.json", lambda tmp: tok.save(tmp))
-    for split, arr in arrays.items():
-        _save_array(path / f"{split}.bin", arr)
+    written = {s: encode(tok, splits[s], path / f"{s}.bin", desc=s, total=counts[s]) for s in SPLITS}
     meta = {
         "corpus": name,
         "vocab_size": tok.get_vocab_size(),
-        "dtype": np.dtype(arrays["train"].dtype).name,
-        "documents": {s: len(docs[s]) for s in SPLITS},
-        "bytes": {s: sum(len(d.encode()) for d in docs[s]) for s in SPLITS},
-        "tokens": {split: int(arr.size) for split, arr in arrays.items()},
+        "dtype": written["train"]["dtype"],
+        **{stat: {s: written[s][stat] for s in SPLITS} for stat in ("documents", "bytes", "tokens")},
         "files": {
             f: {"bytes": (path / f).stat().st_size, "digest": _digest(path / f)}
             for f in (*(f"{s}.bin" for s in SPLITS), "tokenizer.json")
@@ -149,22 +170,29 @@ def build_cache(path: Path, name: str, docs: dict[str, list[str]], *, vocab_size
 
 def prepare(data_cfg, *, seq_len: int) -> TokenData:
     """The token data for `data_cfg` (a DataConfig), from the cache or built now."""
-    docs = load_documents(data_cfg.name, path=data_cfg.path, max_docs=data_cfg.max_docs)
-    splits = dict(zip(SPLITS, split_documents(docs, data_cfg.val_fraction, data_cfg.test_fraction), strict=True))
-    if not splits["train"] or not splits["val"] or (data_cfg.test_fraction and not splits["test"]):
-        raise CorpusError(
-            f"data={data_cfg.name}: {len(docs)} documents are too few for data.val_fraction={data_cfg.val_fraction} "
-            f"and data.test_fraction={data_cfg.test_fraction} ("
-            + " / ".join(f"{len(splits[s])} {s}" for s in SPLITS) + " documents); add text or change the fractions"
-        )
-    key = cache_key(docs, vocab_size=data_cfg.vocab_size, min_frequency=data_cfg.min_frequency,
+    docs = documents(data_cfg.name, path=data_cfg.path, max_docs=data_cfg.max_docs)
+    fractions = (data_cfg.val_fraction, data_cfg.test_fraction)
+    counts = dict.fromkeys(SPLITS, 0)
+
+    def counted() -> Iterator[str]:  # one streaming pass gives the content hash and the split's sizes
+        for doc in docs:
+            counts[split_of(doc, *fractions)] += 1
+            yield doc
+
+    key = cache_key(counted(), vocab_size=data_cfg.vocab_size, min_frequency=data_cfg.min_frequency,
                     val_fraction=data_cfg.val_fraction, test_fraction=data_cfg.test_fraction)
+    if not counts["train"] or not counts["val"] or (data_cfg.test_fraction and not counts["test"]):
+        raise CorpusError(
+            f"data={data_cfg.name}: {sum(counts.values())} documents are too few for "
+            f"data.val_fraction={data_cfg.val_fraction} and data.test_fraction={data_cfg.test_fraction} ("
+            + " / ".join(f"{counts[s]} {s}" for s in SPLITS) + " documents); add text or change the fractions"
+        )
     path = Path(data_cfg.cache_dir) / f"{data_cfg.name}-{key}"
     data = load_cache(path)
     if data is None:
         with file_lock(path.with_suffix(".lock")):  # two processes never build one cache at once
             data = load_cache(path) or build_cache(
-                path, data_cfg.name, splits,
+                path, data_cfg.name, docs, fractions=fractions, counts=counts,
                 vocab_size=data_cfg.vocab_size, min_frequency=data_cfg.min_frequency,
             )
     for split, arr in (("train", data.train), ("validation", data.val), ("test", data.test)):
