@@ -1,11 +1,14 @@
-"""Write the results tables and figures (DESIGN.md §7) and print each experiment's markdown table."""
+"""Write the results tables and figures (docs/table.md), log them to a W&B run of job type `table`, and print each
+experiment's markdown table."""
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
-from mbexp import table
+from mbexp.analysis import outputs, render, table
+from mbexp.analysis.collect import collect_runs
 
 
 def baseline_arg(text: str) -> tuple[str, str]:
@@ -20,32 +23,38 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--results", type=Path, default=Path("results"), help="results directory (default: results)")
     parser.add_argument("--strict", action="store_true", help="fail on a malformed summary.json instead of skipping")
-    parser.add_argument(
-        "--baseline",
-        type=baseline_arg,
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="EXPERIMENT=ROW",
-        help="baseline row",
-    )
+    parser.add_argument("--baseline", type=baseline_arg, nargs="+", action="extend", default=[],
+                        metavar="EXPERIMENT=ROW", help="baseline row")
+    parser.add_argument("--tune", default=table.TUNE, metavar="KEY",
+                        help=f"config key chosen per row on validation when swept (default: {table.TUNE})")
+    parser.add_argument("--margin", type=float, default=table.MARGIN,
+                        help=f"equivalence margin in nats for the TOST mark (default: {table.MARGIN})")
     parser.add_argument("--only", metavar="EXPERIMENT", help="print only this experiment's table (all are written)")
+    parser.add_argument("--wandb", action=argparse.BooleanOptionalAction, default=True,
+                        help="log the tables and figures to a W&B run of job type `table` (default: on, offline)")
+    parser.add_argument("--wandb-dir", default=os.environ.get("WANDB_DIR", "."),
+                        help="where wandb/ goes (default: $WANDB_DIR or .)")
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(levelname)s: %(message)s")
     try:
-        runs = table.collect_runs(args.results, strict=args.strict)
-        tables = table.tables_for(runs, dict(args.baseline))
+        runs = collect_runs(args.results, strict=args.strict)
+        tables = table.tables_for(runs, dict(args.baseline), tune=args.tune, margin=args.margin)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     if not tables:
         print(f"no finished runs under {args.results / 'runs'} — run python -m mbexp.train first")
         return 0
-    for experiment, paths in table.write_outputs(args.results, tables, runs).items():
+    written = outputs.write_outputs(args.results, tables)
+    for experiment, paths in written.items():
         if args.only and experiment != args.only:
             continue
         print(f"## {experiment} → {', '.join(map(str, paths))}\n")
-        print(table.to_markdown(tables[experiment]))
+        print(render.to_markdown(tables[experiment]))
+    if args.wandb:
+        from mbexp.analysis.wandb_run import log_tables
+
+        print(f"W&B run of job type `table`: {log_tables(tables, written, wandb_dir=args.wandb_dir)}")
     return 0
 
 

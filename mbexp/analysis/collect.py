@@ -1,0 +1,142 @@
+"""Run summaries read from disk: one record per run, validated, deduplicated, with its identity."""
+
+import json
+import logging
+from pathlib import Path
+
+import pandas as pd
+
+from mbexp.names import FFNS, HIDDEN_RULES, NORMS, PLACEMENTS
+
+log = logging.getLogger(__name__)
+
+AXES = {"norm": NORMS, "placement": PLACEMENTS, "ffn": FFNS, "hidden": HIDDEN_RULES}  # row order
+STATUSES = ("running", "interrupted", "failed", "diverged", "completed")  # a later one wins for a repeated seed
+FINISHED = ("completed", "diverged")
+STRINGS = ("status", "experiment", "variant", "row", "row_id")
+REQUIRED_NUMBERS = ("params", "d_ff", "early_val_loss", "final_val_loss", "final_val_bpb", "tokens_per_s", "step")
+# fields added after v0.1: a summary without them still tables, with "—" where they would be shown
+LATER_NUMBERS = ("params_non_embedding", "flops_per_token", "early_step", "early_tokens", "final_test_loss",
+                 "final_test_bpb", "final_train_loss", "generalization_gap", "tokens_seen", "train_tokens", "epochs",
+                 "tokens_per_s_median", "steps")
+NUMBERS = REQUIRED_NUMBERS + LATER_NUMBERS
+RUN_COLUMNS = ("path", *STRINGS, "seed", *AXES, "warmup_steps", *NUMBERS, "identity", "config")
+
+
+class SummaryError(ValueError):
+    """A summary.json that is not a valid run summary."""
+
+
+def collect_runs(results_dir, strict: bool = False) -> pd.DataFrame:
+    """One row per run from `results_dir/runs/**/summary.json`; bad files are logged and skipped, or raise if strict."""
+    rows = []
+    for path in sorted(Path(results_dir, "runs").rglob("summary.json")):
+        try:
+            rows.append(read_summary(path))
+        except SummaryError as err:
+            if strict:
+                raise
+            log.warning("skipping %s", err)
+    runs = pd.DataFrame(rows, columns=RUN_COLUMNS)
+    runs[list(NUMBERS)] = runs[list(NUMBERS)].apply(pd.to_numeric).astype(float)
+    return dedupe(runs)
+
+
+def read_summary(path: Path) -> dict:
+    """The flat record of one summary.json; raises SummaryError naming the path when it is malformed."""
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise SummaryError(f"{path}: unreadable JSON ({err})") from None
+    problem = _problem(summary)
+    if problem:
+        raise SummaryError(f"{path}: {problem}")
+    axes = summary["axes"]
+    identity = summary.get("identity") or legacy_identity(summary)
+    return {
+        "path": str(path.parent),
+        **{key: summary[key] for key in (*STRINGS, "seed")},
+        **{key: summary.get(key) for key in NUMBERS},
+        **{axis: axes.get(axis) for axis in AXES},
+        "warmup_steps": axes["warmup_steps"],
+        "identity": identity,
+        "config": config_key(identity),
+    }
+
+
+def legacy_identity(summary: dict) -> dict:
+    """Summaries written before `identity` existed: the row hash and the warm-up decide the config."""
+    return {"row_id": summary["row_id"], "optim.warmup_steps": summary["axes"]["warmup_steps"]}
+
+
+def config_key(identity: dict) -> str:
+    """A hashable, order-free key of an identity dict (list values such as betas included)."""
+    return json.dumps(identity, sort_keys=True)
+
+
+def _problem(summary) -> str | None:
+    """What makes `summary` unusable, or None."""
+    if not isinstance(summary, dict):
+        return "not a JSON object"
+    missing = [key for key in (*STRINGS, "seed", "axes", *REQUIRED_NUMBERS) if key not in summary]
+    if missing:
+        return f"missing keys {missing}"
+    wrong = [key for key in STRINGS if not isinstance(summary[key], str)]
+    wrong += [key for key in NUMBERS if summary.get(key) is not None and not _is_number(summary[key])]
+    wrong += [] if _is_int(summary["seed"]) else ["seed"]
+    wrong += [] if isinstance(summary["axes"], dict) and _is_int(summary["axes"].get("warmup_steps")) else ["axes"]
+    wrong += [] if isinstance(summary.get("identity", {}), dict) else ["identity"]
+    if wrong:
+        return f"wrong types for {wrong}"
+    if summary["status"] not in STATUSES:
+        return f"unknown status {summary['status']!r}"
+    if summary["status"] == "completed" and summary["final_val_loss"] is None:
+        return "completed without final_val_loss"
+    return None
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def dedupe(runs: pd.DataFrame) -> pd.DataFrame:
+    """One run per (experiment, config, seed): the best status, then the most steps, then the last path."""
+    rank = runs["status"].map(STATUSES.index)
+    order = runs.assign(_rank=rank, _step=runs["step"].fillna(-1)).sort_values(["_rank", "_step", "path"])
+    kept = order.drop_duplicates(["experiment", "config", "seed"], keep="last")
+    return kept.drop(columns=["_rank", "_step"]).sort_values("path").reset_index(drop=True)
+
+
+def load_curves(run_dirs) -> pd.DataFrame:
+    """Eval records (run_dir, step, tokens, val_loss) from each run's metrics.jsonl; the last one per step wins."""
+    records = []
+    for run_dir in run_dirs:
+        path = Path(run_dir, "metrics.jsonl")
+        lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+        for line in lines:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut short by an interrupted run
+            if isinstance(record, dict) and "val_loss" in record:
+                records.append({"run_dir": str(run_dir), **{k: record.get(k) for k in ("step", "tokens", "val_loss")}})
+    curves = pd.DataFrame(records, columns=["run_dir", "step", "tokens", "val_loss"])
+    return curves.drop_duplicates(["run_dir", "step"], keep="last").reset_index(drop=True)
+
+
+def run_settings(run_dirs, section: str) -> dict:
+    """The `section` of the first readable config.yaml among `run_dirs` (e.g. the runs' logger settings)."""
+    import yaml
+
+    for run_dir in run_dirs:
+        try:
+            config = yaml.safe_load(Path(run_dir, "config.yaml").read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(config, dict) and isinstance(config.get(section), dict):
+            return config[section]
+    return {}

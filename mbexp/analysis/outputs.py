@@ -1,0 +1,24 @@
+"""The files `make table` writes: tables/<exp>.{md,csv,tex} and figures/<exp>_<figure>.png."""
+
+from pathlib import Path
+
+from mbexp.analysis import figures, render
+from mbexp.analysis.table import Table
+from mbexp.io import atomic_write, write_text
+
+
+def write_outputs(results_dir, tables: dict[str, Table]) -> dict[str, list[Path]]:
+    """Write every experiment's tables and figures; returns the paths per experiment (tables first)."""
+    tables_dir, figures_dir = Path(results_dir, "tables"), Path(results_dir, "figures")
+    written = {}
+    for exp, table in tables.items():
+        texts = {"md": render.to_markdown(table), "csv": render.to_csv(table), "tex": render.to_latex(table)}
+        paths = []
+        for ext, text in texts.items():
+            paths.append(tables_dir / f"{exp}.{ext}")
+            write_text(paths[-1], text)
+        for name, fig in figures.figures(table).items():
+            paths.append(figures_dir / f"{exp}_{name}.png")
+            atomic_write(paths[-1], lambda tmp, fig=fig: figures.save(fig, tmp))
+        written[exp] = paths
+    return written

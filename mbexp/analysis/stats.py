@@ -1,0 +1,111 @@
+"""The table's statistics as pure functions over per-seed losses (pandas Series indexed by seed)."""
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+LEVEL = 0.95
+ALPHA = 0.05
+MARKS = ("better", "worse", "equivalent", "not resolved")
+
+
+@dataclass(frozen=True)
+class Interval:
+    """mean(a) − mean(b) with a two-sided t-interval, its standard error, degrees of freedom and p (H0: Δ = 0)."""
+
+    delta: float
+    low: float = math.nan
+    high: float = math.nan
+    se: float = math.nan
+    df: float = math.nan
+    p: float = math.nan
+    method: str = "none"  # "paired", "welch", or "none": too few seeds for an interval
+
+
+def paired(a: pd.Series, b: pd.Series, level: float = LEVEL) -> Interval:
+    """The paired t-interval over the seeds a and b share (no interval below 2 shared seeds)."""
+    shared = a.index.intersection(b.index)
+    if len(shared) < 2:
+        return Interval(math.nan)
+    diff = (a[shared] - b[shared]).to_numpy(float)
+    return _interval(diff.mean(), diff.var(ddof=1) / len(diff), len(diff) - 1, level, "paired")
+
+
+def welch(a: pd.Series, b: pd.Series, level: float = LEVEL) -> Interval:
+    """Welch's t-interval (unequal variances) over all seeds of a and b (no interval if either has < 2)."""
+    if min(len(a), len(b)) < 2:
+        return Interval(a.mean() - b.mean() if len(a) and len(b) else math.nan)
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1)) if va + vb > 0 else math.inf
+    return _interval(a.mean() - b.mean(), va + vb, df, level, "welch")
+
+
+def compare(a: pd.Series, b: pd.Series, level: float = LEVEL) -> Interval:
+    """Paired when ≥2 seeds are shared (same seed: same data order, same init for same-shaped models), else Welch."""
+    both = paired(a, b, level)
+    return both if both.method == "paired" else welch(a, b, level)
+
+
+def _interval(delta: float, var_of_mean: float, df: float, level: float, method: str) -> Interval:
+    se = math.sqrt(var_of_mean)
+    if se == 0:  # identical differences: no spread, the point is the interval
+        return Interval(delta, delta, delta, 0.0, df, 1.0 if delta == 0 else 0.0, method)
+    half = stats.t.ppf((1 + level) / 2, df) * se
+    p = 2 * stats.t.sf(abs(delta) / se, df)
+    return Interval(delta, delta - half, delta + half, se, df, float(p), method)
+
+
+def holm(pvalues) -> np.ndarray:
+    """Holm–Bonferroni adjusted p-values (NaN entries are not comparisons and stay NaN)."""
+    p = np.asarray(pvalues, float)
+    out = np.full(p.shape, math.nan)
+    idx = np.flatnonzero(~np.isnan(p))
+    order = idx[np.argsort(p[idx], kind="stable")]
+    m, running = len(order), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        out[i] = running
+    return out
+
+
+def tost(interval: Interval, margin: float) -> float:
+    """p of two one-sided t-tests that |Δ| < margin (the larger of the two one-sided p's); NaN without an interval."""
+    d, se, df = interval.delta, interval.se, interval.df
+    if math.isnan(se):
+        return math.nan
+    if se == 0:
+        return 0.0 if abs(d) < margin else 1.0
+    p_low = stats.t.sf((d + margin) / se, df)  # H0: Δ ≤ −margin
+    p_high = stats.t.cdf((d - margin) / se, df)  # H0: Δ ≥ +margin
+    return float(max(p_low, p_high))
+
+
+def mark(delta: float, p_adjusted: float, tost_adjusted: float, alpha: float = ALPHA) -> str:
+    """better / worse when the Holm-adjusted p < alpha, else equivalent when the adjusted TOST p < alpha."""
+    if p_adjusted < alpha:
+        return "better" if delta < 0 else "worse"
+    if tost_adjusted < alpha:
+        return "equivalent"
+    return "not resolved"
+
+
+def choose(val_means: dict) -> object:
+    """The setting with the lowest mean validation loss (ties: the first); None when nothing finished finite."""
+    finite = {k: v for k, v in val_means.items() if not (math.isnan(v) or math.isinf(v))}
+    return min(finite, key=finite.get) if finite else None
+
+
+def sensitivity(val: dict, report: dict, level: float = LEVEL) -> Interval:
+    """Reported loss at the smallest setting minus at the setting best on validation, with its interval over
+    seeds; `val` and `report` map each setting to per-seed losses (empty: every run there diverged -> inf)."""
+    settings = sorted(val)
+    if len(settings) < 2:
+        return Interval(math.nan)
+    first = settings[0]
+    if not len(report.get(first, ())):
+        return Interval(math.inf)
+    best = choose({k: v.mean() if len(v) else math.inf for k, v in val.items()})
+    return compare(report[first], report[best], level) if best is not None else Interval(math.nan)

@@ -1,0 +1,262 @@
+"""One experiment's runs reduced to its table (docs/table.md): rows, the tuned key, the column axis, Δ and marks."""
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from mbexp.analysis import stats
+from mbexp.analysis.collect import AXES, FINISHED, collect_runs
+
+TUNE = "optim.lr"  # the tuned key by default, when a row has runs at several of its values
+MARGIN = 0.02  # nats: the equivalence margin of the TOST mark
+COLUMN_AXES = ("optim.warmup_steps", "train.steps", "optim.lr")  # a swept key outside the row identity, in priority
+SHORT = {"optim.warmup_steps": "wu", "train.steps": "steps", "optim.lr": "lr"}
+SENSITIVITY_AXES = ("optim.warmup_steps",)  # least setting minus the best: meaningful for warm-up
+SHAZEER = {"ffn": "relu", "norm": "layer", "placement": "pre"}  # the default baseline, hidden=matched breaks ties
+
+
+@dataclass
+class Table:
+    """An experiment's table: `rows` is the numeric table (the CSV); the rest says how it was made."""
+
+    experiment: str
+    rows: pd.DataFrame
+    runs: pd.DataFrame  # the finished runs, with label, _col, _tv and `chosen` (its tuned value is the row's choice)
+    split: str  # "test" or "validation": the split the numbers report
+    margin: float
+    column: str | None = None  # the column axis key
+    columns: list = field(default_factory=list)  # its values, ascending
+    reference: object = None  # the column value where Δ and the marks are computed
+    tuned: str | None = None
+    baseline: str = ""
+
+    @property
+    def report(self) -> str:
+        """The summary field the table reports."""
+        return "final_test_loss" if self.split == "test" else "final_val_loss"
+
+
+def short(key: str) -> str:
+    return SHORT.get(key, key.rsplit(".", 1)[-1])
+
+
+def setting(value) -> str:
+    """A config value as a column name: 0.003, 30, 300."""
+    return format(value, "g") if isinstance(value, float) else str(value)
+
+
+def build_tables(results_dir, baselines: dict | None = None, *, tune: str = TUNE, margin: float = MARGIN,
+                 strict: bool = False) -> dict[str, Table]:
+    """Tables per experiment, straight from the run files."""
+    return tables_for(collect_runs(results_dir, strict), baselines, tune=tune, margin=margin)
+
+
+def tables_for(runs: pd.DataFrame, baselines: dict | None = None, *, tune: str = TUNE,
+               margin: float = MARGIN) -> dict[str, Table]:
+    """Tables per experiment with finished runs; `baselines` maps an experiment to its baseline row label."""
+    baselines = baselines or {}
+    finished = runs[runs["status"].isin(FINISHED)]
+    unknown = sorted(set(baselines) - set(finished["experiment"]))
+    if unknown:
+        raise ValueError(f"--baseline names experiments without finished runs: {', '.join(unknown)}")
+    keys = sorted({k for identity in finished["identity"] for k in identity})
+    if tune != TUNE and keys and tune not in keys:
+        raise ValueError(f"--tune {tune!r} is not a config key of any run; keys: {', '.join(keys)}")
+    if not margin > 0:
+        raise ValueError(f"--margin must be a positive number of nats, got {margin}")
+    return {exp: summarize(group, baselines.get(exp), tune=tune, margin=margin)
+            for exp, group in finished.groupby("experiment")}
+
+
+def _hashable(value):
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _axes(ident: pd.DataFrame, swept: list[str], tune: str) -> tuple[str | None, str | None]:
+    """(column axis, tuned key): the tuned key must take several values within some row."""
+    def column_besides(key):
+        return next((k for k in COLUMN_AXES if k in swept and k != key), None)
+
+    if tune in swept:
+        column = column_besides(tune)
+        rest = [k for k in swept if k not in (column, tune)]
+        per_row = ident.groupby(rest, dropna=False)[tune].nunique() if rest else ident[tune].nunique()
+        if np.max(per_row) > 1:
+            return column, tune
+    return column_besides(None), None
+
+
+def summarize(runs: pd.DataFrame, baseline: str | None = None, *, tune: str = TUNE, margin: float = MARGIN) -> Table:
+    """One experiment's finished runs reduced to one row per variant, in registry order, with Δ vs the baseline."""
+    runs = runs[runs["status"].isin(FINISHED)].copy()
+    ident = pd.DataFrame([{k: _hashable(v) for k, v in i.items()} for i in runs["identity"]], index=runs.index)
+    swept = [k for k in ident.columns if ident[k].nunique(dropna=False) > 1]
+    column, tuned = _axes(ident, swept, tune)
+    row_keys = [k for k in swept if k not in (column, tuned)]
+    runs["_row"] = [tuple(r) for r in ident[row_keys].itertuples(index=False)] if row_keys else [()] * len(runs)
+    runs["_col"] = ident[column] if column else None
+    runs["_tv"] = ident[tuned] if tuned else None
+    runs["label"] = _labels(runs, ident, row_keys)
+    completed = runs[runs["status"] == "completed"]
+    split = "test" if len(completed) and completed["final_test_loss"].notna().all() else "validation"
+    columns = sorted(runs["_col"].unique()) if column else [None]
+    table = Table(runs["experiment"].iloc[0], pd.DataFrame(), runs, split, margin, column, columns if column else [],
+                  _reference(runs, column), tuned)
+    runs["chosen"] = _chosen(runs)
+    rows = sorted((_row_stats(table, group) for _, group in runs.groupby("label", sort=False)), key=_order)
+    table.rows = pd.DataFrame(rows)
+    _compare(table, baseline)
+    return table
+
+
+def _labels(runs: pd.DataFrame, ident: pd.DataFrame, row_keys: list[str]) -> list[str]:
+    """The summary's `row`, plus the distinguishing key=value pairs when two rows share it."""
+    labels = {}
+    for name, group in runs.groupby("row", sort=False):
+        keys = sorted(set(group["_row"]))
+        differ = [k for i, k in enumerate(row_keys) if len({key[i] for key in keys}) > 1]
+        for key in keys:
+            extra = ", ".join(f"{k}={setting(key[row_keys.index(k)])}" for k in differ)
+            labels[(name, key)] = f"{name} ({extra})" if extra else name
+    return [labels[(r, k)] for r, k in zip(runs["row"], runs["_row"])]
+
+
+def _reference(runs: pd.DataFrame, column: str | None):
+    """Where Δ is computed: the largest budget for train.steps, else the most common value (ties: the largest)."""
+    if column is None:
+        return None
+    if column == "train.steps":
+        return max(runs["_col"])
+    counts = Counter(runs["_col"])
+    return max(counts, key=lambda v: (counts[v], v))
+
+
+def _val_means(runs: pd.DataFrame) -> dict:
+    """Mean final validation loss per tuned value (inf when every run at that value diverged)."""
+    return {tv: _mean(group, "final_val_loss") for tv, group in runs.groupby("_tv", dropna=False, sort=True)}
+
+
+def _mean(runs: pd.DataFrame, key: str) -> float:
+    """Mean of `key` over the completed runs; inf when every run diverged, NaN when there are none."""
+    if runs.empty:
+        return math.nan
+    values = runs.loc[runs["status"] == "completed", key]
+    return values.mean() if len(values) else math.inf
+
+
+def _chosen(runs: pd.DataFrame) -> pd.Series:
+    """Whether each run has its (row, column value)'s tuned value chosen on validation."""
+    chosen = pd.Series(True, index=runs.index)
+    if runs["_tv"].isna().all():
+        return chosen
+    for _, cell in runs.groupby(["label", "_col"], dropna=False):
+        best = stats.choose(_val_means(cell))
+        chosen[cell.index] = cell["_tv"] == best
+    return chosen
+
+
+def _per_seed(runs: pd.DataFrame, key: str) -> pd.Series:
+    done = runs[runs["status"] == "completed"]
+    return done.set_index("seed")[key].astype(float)
+
+
+def _row_stats(table: Table, runs: pd.DataFrame) -> dict:
+    """One row: its cells at the chosen tuned values, and its statistics at the reference column."""
+    first = runs.iloc[0]
+    ref_runs = runs[runs["_col"] == table.reference] if table.column else runs
+    at = ref_runs[ref_runs["chosen"]]
+    done = at[at["status"] == "completed"]
+    bpb = "final_test_bpb" if table.split == "test" else "final_val_bpb"
+    early_tokens = done["early_tokens"].fillna(done["early_step"] * done["tokens_seen"] / done["step"])
+    row = {
+        "label": first["label"], "experiment": first["experiment"], "row": first["row"],
+        **{axis: first[axis] for axis in AXES},
+        "tuned": at["_tv"].iloc[0] if table.tuned and len(at) and at["chosen"].any() else None,
+        "tried": ref_runs["_tv"].nunique() if table.tuned else None,
+        **{key: _first(at if len(at) else runs, key) for key in
+           ("params", "params_non_embedding", "d_ff", "flops_per_token", "early_step")},
+        "early_tokens": early_tokens.iloc[0] if len(early_tokens) else math.nan,
+        "early_log_ppl": done["early_val_loss"].mean(),
+        "final_mean": done[table.report].mean() if len(done) else _mean(at, table.report),
+        "final_std": done[table.report].std(ddof=1),
+        "n": len(done),
+        "final_bpb": done[bpb].mean(),
+        "steps": _first(done, "steps"),
+        "tokens_seen": done["tokens_seen"].mean(),
+        "epochs": done["epochs"].mean(),
+        "generalization_gap": done["generalization_gap"].mean(),
+        "diverged": int((runs["status"] == "diverged").sum()),
+        "finished": len(runs),
+        "tokens_per_s": done["tokens_per_s_median"].median(),
+    }
+    for value in table.columns:
+        cell = runs[(runs["_col"] == value) & runs["chosen"]]
+        row[f"{short(table.column)}={setting(value)}"] = _mean(cell, table.report)
+        row[f"{short(table.column)}={setting(value)} n"] = int((cell["status"] == "completed").sum())
+    if table.column in SENSITIVITY_AXES and len(table.columns) > 1:
+        val = {v: _per_seed(runs[runs["_col"] == v], "final_val_loss") for v in table.columns}
+        report = {v: _per_seed(runs[(runs["_col"] == v) & runs["chosen"]], table.report) for v in table.columns}
+        sens = stats.sensitivity({v: s for v, s in val.items() if v in set(runs["_col"])}, report)
+        row |= {"sensitivity": sens.delta, "sensitivity_low": sens.low, "sensitivity_high": sens.high}
+    row["_losses"] = _per_seed(at, table.report)
+    return row
+
+
+def _first(runs: pd.DataFrame, key: str) -> float:
+    values = runs[key].dropna()
+    return values.iloc[0] if len(values) else math.nan
+
+
+def _order(row: dict) -> tuple:
+    """Sort key: each axis in registry order (unknown values last, by name), then the label."""
+    ranks = []
+    for axis, names in AXES.items():
+        value = row[axis]
+        ranks.append((names.index(value), "") if value in names else (len(names), str(value)))
+    return (*ranks, row["label"])
+
+
+def pick_baseline(rows: pd.DataFrame, choice: str | None = None) -> int:
+    """Index of the baseline row: `choice` (a label or row), else the row closest to Shazeer's ReLU FFN."""
+    if choice is not None:
+        hits = rows.index[rows["label"] == choice].tolist() or rows.index[rows["row"] == choice].tolist()
+        if len(hits) != 1:
+            exp = rows["experiment"].iloc[0]
+            raise ValueError(f"baseline {choice!r} is not one row of {exp}; rows: {', '.join(rows['label'])}")
+        return hits[0]
+    matches = sum(rows[axis] == value for axis, value in SHAZEER.items())
+    scores = list(zip(matches, rows["hidden"] == "matched"))
+    return scores.index(max(scores))
+
+
+def _compare(table: Table, baseline: str | None) -> None:
+    """Δ vs the baseline (paired and Welch), Holm-adjusted p and TOST p over the table's comparisons, marks."""
+    rows = table.rows
+    base = pick_baseline(rows, baseline)
+    table.baseline = rows.at[base, "label"]
+    base_losses = rows.at[base, "_losses"]
+    found = []
+    for losses in rows["_losses"]:
+        both = {"paired": stats.paired(losses, base_losses), "welch": stats.welch(losses, base_losses)}
+        chosen = both["paired"] if both["paired"].method == "paired" else both["welch"]
+        found.append({
+            "delta": chosen.delta, "ci_low": chosen.low, "ci_high": chosen.high, "ci_method": chosen.method,
+            "p": chosen.p, "tost_p": stats.tost(chosen, table.margin),
+            **{f"{m}_{k}": getattr(iv, k) for m, iv in both.items() for k in ("delta", "low", "high")},
+        })
+    delta = pd.DataFrame(found, index=rows.index)
+    delta.loc[base] = math.nan
+    delta.loc[base, "ci_method"] = "baseline"
+    delta["p_holm"] = stats.holm(delta["p"])
+    delta["tost_p_holm"] = stats.holm(delta["tost_p"])
+    delta["mark"] = [stats.mark(d, p, t) for d, p, t in zip(delta["delta"], delta["p_holm"], delta["tost_p_holm"])]
+    delta.loc[base, "mark"] = "baseline"
+    rows = pd.concat([rows.drop(columns="_losses"), delta], axis=1)
+    rows["baseline"] = rows.index == base
+    rows["split"] = table.split
+    rows["column"] = table.column
+    rows["reference"] = table.reference
+    table.rows = rows.astype({"params": "Int64", "d_ff": "Int64"})

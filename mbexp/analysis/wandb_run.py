@@ -1,0 +1,37 @@
+"""The `table` W&B run: each experiment's table (a W&B Table) and figures, beside the runs it came from."""
+
+import os
+from pathlib import Path
+
+from mbexp.analysis import render
+from mbexp.analysis.collect import run_settings
+from mbexp.analysis.table import Table
+from mbexp.logger import wandb_settings
+
+
+def log_tables(tables: dict[str, Table], written: dict[str, list[Path]], *, wandb_dir: str) -> str:
+    """Log one run of job type `table` (offline unless WANDB_MODE or the runs' logger.mode say otherwise) in the
+    runs' project; returns its directory."""
+    import wandb
+
+    paths = [p for t in tables.values() for p in t.runs["path"]]
+    settings = {"project": "mbexp", "entity": None, "mode": "offline"} | run_settings(paths, "logger")
+    Path(wandb_dir, "wandb").mkdir(parents=True, exist_ok=True)
+    run = wandb.init(project=settings["project"], entity=settings["entity"],
+                     mode=os.environ.get("WANDB_MODE", settings["mode"]), dir=wandb_dir, job_type="table",
+                     name="table", config={"experiments": sorted(tables)}, settings=wandb_settings())
+    try:
+        for exp, table in tables.items():
+            shown = render.display(table)
+            record = {
+                f"{exp}/table": wandb.Table(dataframe=shown.astype(str)),
+                f"{exp}/numbers": wandb.Table(dataframe=table.rows.astype(str)),
+                **{f"{exp}/{p.stem.removeprefix(exp + '_')}": wandb.Image(str(p)) for p in written[exp]
+                   if p.suffix == ".png"},
+            }
+            run.log(record)
+            run.summary[f"{exp}/caption"] = render.caption(table)
+            run.summary[f"{exp}/legend"] = render.legend(table)
+        return str(Path(run.dir).parent)
+    finally:
+        run.finish()
