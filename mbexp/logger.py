@@ -39,7 +39,7 @@ class WandbLogger:
             job_type=job_type,
             tags=tags,
             config=config,
-            settings=wandb.Settings(quiet=True, console="off", x_disable_stats=True),
+            settings=wandb_settings(),
             reinit="finish_previous",
         )
 
@@ -51,6 +51,13 @@ class WandbLogger:
         if self.run is not None:
             self.run.finish(exit_code=exit_code)
             self.run = None
+
+
+def wandb_settings():
+    """The settings of every mbexp W&B run: quiet, no console capture, no system metrics."""
+    import wandb
+
+    return wandb.Settings(quiet=True, console="off", x_disable_stats=True)
 
 
 def make_logger(logger_cfg, **run_info) -> Logger:

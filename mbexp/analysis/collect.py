@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from mbexp.io import SummaryError, read_summary
 from mbexp.names import FFNS, HIDDEN_RULES, NORMS, PLACEMENTS
 
 log = logging.getLogger(__name__)
 
 AXES = {"norm": NORMS, "placement": PLACEMENTS, "ffn": FFNS, "hidden": HIDDEN_RULES}  # row order
 STATUSES = ("running", "interrupted", "failed", "diverged", "completed")  # a later one wins for a repeated seed
-FINISHED = ("completed", "diverged")
 STRINGS = ("status", "experiment", "variant", "row", "row_id")
 REQUIRED_NUMBERS = ("params", "d_ff", "early_val_loss", "final_val_loss", "final_val_bpb", "tokens_per_s", "step")
 # fields added after v0.1: a summary without them still tables, with "—" where they would be shown
@@ -23,16 +23,12 @@ NUMBERS = REQUIRED_NUMBERS + LATER_NUMBERS
 RUN_COLUMNS = ("path", *STRINGS, "seed", *AXES, "warmup_steps", *NUMBERS, "identity", "config")
 
 
-class SummaryError(ValueError):
-    """A summary.json that is not a valid run summary."""
-
-
 def collect_runs(results_dir, strict: bool = False) -> pd.DataFrame:
     """One row per run from `results_dir/runs/**/summary.json`; bad files are logged and skipped, or raise if strict."""
     rows = []
     for path in sorted(Path(results_dir, "runs").rglob("summary.json")):
         try:
-            rows.append(read_summary(path))
+            rows.append(read_record(path))
         except SummaryError as err:
             if strict:
                 raise
@@ -42,12 +38,9 @@ def collect_runs(results_dir, strict: bool = False) -> pd.DataFrame:
     return dedupe(runs)
 
 
-def read_summary(path: Path) -> dict:
+def read_record(path: Path) -> dict:
     """The flat record of one summary.json; raises SummaryError naming the path when it is malformed."""
-    try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise SummaryError(f"{path}: unreadable JSON ({err})") from None
+    summary = read_summary(path, strict=True)
     problem = _problem(summary)
     if problem:
         raise SummaryError(f"{path}: {problem}")
@@ -74,10 +67,8 @@ def config_key(identity: dict) -> str:
     return json.dumps(identity, sort_keys=True)
 
 
-def _problem(summary) -> str | None:
+def _problem(summary: dict) -> str | None:
     """What makes `summary` unusable, or None."""
-    if not isinstance(summary, dict):
-        return "not a JSON object"
     missing = [key for key in (*STRINGS, "seed", "axes", *REQUIRED_NUMBERS) if key not in summary]
     if missing:
         return f"missing keys {missing}"

@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 
 from mbexp.analysis import stats
-from mbexp.analysis.collect import AXES, FINISHED, collect_runs
+from mbexp.analysis.collect import AXES, collect_runs
+from mbexp.io import FINISHED
 
 TUNE = "optim.lr"  # the tuned key by default, when a row has runs at several of its values
 MARGIN = 0.02  # nats: the equivalence margin of the TOST mark
