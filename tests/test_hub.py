@@ -1,0 +1,143 @@
+"""The hub corpora through the real `datasets.load_dataset`, pointed at local folders in the hub repos' layout
+(parquet files per split; wikitext's named configs in README.md), so the hub path runs without a network."""
+
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from mbexp import corpus
+from mbexp.config import DataConfig, compose_config, to_object
+from mbexp.corpus import HubDocuments, load_hub, split_documents
+from mbexp.data import EOT, prepare
+
+REPO = Path(__file__).resolve().parent.parent
+WORDS = "the a fox cat ran sat saw big small red blue happy sad tree ball home mom dad friend day".split()
+WIKITEXT_CONFIGS = """---
+configs:
+- config_name: wikitext-2-raw-v1
+  data_files:
+  - split: test
+    path: wikitext-2-raw-v1/test-*
+  - split: train
+    path: wikitext-2-raw-v1/train-*
+  - split: validation
+    path: wikitext-2-raw-v1/validation-*
+---
+"""
+
+
+def story(rng: random.Random) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 30))).capitalize() + "."
+
+
+def write_split(path: Path, texts: list[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"text": texts}), path)
+
+
+@pytest.fixture
+def hf_tmp_cache(tmp_path, monkeypatch):
+    """datasets' Arrow cache for these loads lives under tmp_path, not in the user's home."""
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf_datasets")
+
+
+@pytest.fixture
+def tinystories(tmp_path, monkeypatch, hf_tmp_cache) -> dict[str, list[str]]:
+    """roneneldan/TinyStories' layout (data/<split>-*.parquet, a text column), data=tinystories pointed at it."""
+    rng = random.Random(0)
+    texts = {"train": [story(rng) for _ in range(600)], "validation": [story(rng) for _ in range(60)]}
+    texts["train"][5] = "   "  # blank rows exist in the real data; they are not documents
+    texts["validation"][0] = "  Padded story.\n"
+    for split, rows in texts.items():
+        write_split(tmp_path / "TinyStories" / "data" / f"{split}-00000-of-00001.parquet", rows)
+    monkeypatch.setitem(corpus.HUB, "tinystories", (str(tmp_path / "TinyStories"), None))
+    monkeypatch.setattr(corpus, "HUB_BATCH", 64)  # several batches per split
+    return texts
+
+
+@pytest.fixture
+def wikitext(tmp_path, monkeypatch, hf_tmp_cache) -> Path:
+    """Salesforce/wikitext's layout: one folder per config, its configs named in README.md."""
+    root = tmp_path / "wikitext"
+    lines = {
+        "train": ["", " = Alpha = \n", "", " Alpha is first . \n", " = = History = = \n", " It began . \n",
+                  " = Beta = \n", " Beta follows . \n"],
+        "validation": [" = Gamma = \n", " Gamma validates . \n", ""],
+        "test": ["", " = Delta = \n", " Delta tests . \n"],
+    }
+    for split, rows in lines.items():
+        write_split(root / "wikitext-2-raw-v1" / f"{split}-00000-of-00001.parquet", rows)
+    (root / "README.md").write_text(WIKITEXT_CONFIGS)
+    monkeypatch.setitem(corpus.HUB, "wikitext2", (str(root), "wikitext-2-raw-v1"))
+    return root
+
+
+def test_tinystories_pools_every_split_in_order_and_streams(tinystories):
+    docs = load_hub("tinystories")
+    assert isinstance(docs, HubDocuments)  # a stream over the Arrow files, not a list
+    expected = [t.strip() for split in ("train", "validation") for t in tinystories[split] if t.strip()]
+    assert list(docs) == expected and len(expected) == 659
+    assert list(docs) == expected  # re-iterable: every pass reads the same documents in the same order
+    assert "Padded story." in expected
+    assert list(load_hub("tinystories", max_docs=100)) == expected[:100]
+
+
+def test_wikitext_lines_join_into_articles_across_pooled_splits(wikitext):
+    assert list(load_hub("wikitext2")) == [
+        "= Delta = \n Delta tests .",  # splits pooled in sorted order: test, train, validation
+        "= Alpha = \n Alpha is first . \n = = History = = \n It began .",  # a sub-heading stays inside
+        "= Beta = \n Beta follows .",
+        "= Gamma = \n Gamma validates .",
+    ]
+
+
+def test_wikitext_articles_is_a_generator_of_whole_articles():
+    lines = iter([" = A = \n", " a . \n", " = = Sub = = \n", " = B = \n", " b . \n"])
+    articles = corpus._wikitext_articles(lines)
+    assert next(articles) == "= A = \n a . \n = = Sub = ="
+    assert list(articles) == ["= B = \n b ."]
+
+
+def test_hub_corpus_prepares_a_token_cache(tinystories, tmp_path):
+    cfg = DataConfig(name="tinystories", vocab_size=300, val_fraction=0.1, test_fraction=0.1,
+                     cache_dir=str(tmp_path / "cache"))
+    data = prepare(cfg, seq_len=16)
+    docs = [t.strip() for split in ("train", "validation") for t in tinystories[split] if t.strip()]
+    train, val, test = split_documents(docs, 0.1, 0.1)
+    assert data.meta["corpus"] == "tinystories" and not data.cache_hit
+    assert data.meta["documents"] == {"train": len(train), "val": len(val), "test": len(test)}
+    assert data.meta["bytes"]["val"] == sum(len(d.encode()) for d in val)
+    tokens = np.asarray(data.test)
+    ends = np.flatnonzero(tokens == data.tokenizer.token_to_id(EOT))
+    assert data.tokenizer.decode(tokens[ends[0] + 1 : ends[1]].tolist()) == test[1]
+    again = prepare(cfg, seq_len=16)
+    assert again.cache_hit and again.path == data.path
+
+
+def test_gpu_presets_default_to_tinystories():
+    for experiment in ("shazeer_ffn", "warmup_sensitivity"):
+        cfg = to_object(compose_config([f"+experiment={experiment}"]))
+        assert (cfg.data.name, cfg.data.vocab_size) == ("tinystories", 8192)
+        tokens = cfg.train.steps * cfg.train.batch_size * cfg.model.seq_len
+        assert cfg.data.max_docs is None or cfg.data.max_docs * 150 > tokens  # ~200 tokens a story: less than one pass
+
+
+def test_gpu_preset_offline_stops_with_one_line_naming_bigtxt(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE"))}
+    env |= {"HF_HOME": str(tmp_path / "hf_home"), "HF_ENDPOINT": "http://127.0.0.1:9"}
+    proc = subprocess.run([sys.executable, "-m", "mbexp.train", "+experiment=shazeer_ffn", "logger=none",
+                           f"results_dir={tmp_path}/results", f"data.cache_dir={tmp_path}/cache"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and "data=tinystories" in errors[0] and "data=bigtxt" in errors[0], proc.stderr[-2000:]
+    assert not (tmp_path / "results" / "runs").exists()
