@@ -7,10 +7,10 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
+from mbexp.corpus import CORPORA
 from mbexp.names import FFNS, HIDDEN_RULES, NORMS, PLACEMENTS, POSITIONS
+from mbexp.schedule import SCHEDULES
 
-CORPORA = ("bigtxt", "tinystories", "wikitext2", "wikitext103", "text")
-SCHEDULES = ("cosine", "linear", "constant")
 LOGGERS = ("wandb", "none")
 DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("auto", "fp32", "bf16")
