@@ -1,4 +1,6 @@
-"""Causal multi-head self-attention through SDPA, with rotary or learned positions."""
+"""Causal self-attention through SDPA: multi-head or grouped-query, rotary positions, optional QK-norm."""
+
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -20,23 +22,45 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, d_model: int, n_heads: int, seq_len: int, *, rope: bool):
+    """qkv holds [q (n_heads heads) | k (n_kv_heads) | v (n_kv_heads)]; each k/v head serves n_heads / n_kv_heads
+    query heads (GQA). qk_norm normalises q and k before RoPE, over each head ("head") or the whole
+    projection ("proj"), with the norm `make_norm(dim)` builds."""
+
+    def __init__(self, d_model: int, n_heads: int, seq_len: int, *, rope: bool, n_kv_heads: int | None = None,
+                 bias: bool = False, qk_norm: str = "none", make_norm: Callable[[int], nn.Module] | None = None):
         super().__init__()
+        n_kv_heads = n_kv_heads or n_heads
         if d_model % n_heads:
             raise ValueError(f"model.d_model={d_model} is not divisible by model.n_heads={n_heads}")
-        self.n_heads = n_heads
-        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
-        self.proj = nn.Linear(d_model, d_model, bias=False)
+        if n_heads % n_kv_heads:
+            raise ValueError(f"model.n_kv_heads={n_kv_heads} must divide model.n_heads={n_heads}")
+        self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, d_model // n_heads
+        q_dim, kv_dim = d_model, n_kv_heads * self.head_dim
+        self.qkv = nn.Linear(d_model, q_dim + 2 * kv_dim, bias=bias)
+        self.proj = nn.Linear(d_model, d_model, bias=bias)
+        self.qk_norm = qk_norm
+        if qk_norm != "none":
+            q_norm_dim, k_norm_dim = (self.head_dim, self.head_dim) if qk_norm == "head" else (q_dim, kv_dim)
+            self.q_norm, self.k_norm = make_norm(q_norm_dim), make_norm(k_norm_dim)
         self.rope = rope
         if rope:
-            cos, sin = rope_tables(seq_len, d_model // n_heads)
+            cos, sin = rope_tables(seq_len, self.head_dim)
             self.register_buffer("cos", cos, persistent=False)
             self.register_buffer("sin", sin, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
-        q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, C // self.n_heads).permute(2, 0, 3, 1, 4)  # 3 x (B, H, T, hd)
+        hd, kv_dim = self.head_dim, self.n_kv_heads * self.head_dim
+        q, k, v = self.qkv(x).split([C, kv_dim, kv_dim], dim=-1)  # (B, T, C), 2 x (B, T, kv_dim)
+        if self.qk_norm == "proj":
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = q.view(B, T, self.n_heads, hd).transpose(1, 2)  # (B, H, T, hd)
+        k = k.view(B, T, self.n_kv_heads, hd).transpose(1, 2)  # (B, H_kv, T, hd)
+        v = v.view(B, T, self.n_kv_heads, hd).transpose(1, 2)
+        if self.qk_norm == "head":
+            q, k = self.q_norm(q), self.k_norm(k)
         if self.rope:
             q, k = apply_rope(q, self.cos, self.sin), apply_rope(k, self.cos, self.sin)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, hd)
+        gqa = self.n_kv_heads != self.n_heads
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)  # (B, H, T, hd)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))

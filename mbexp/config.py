@@ -8,7 +8,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from mbexp.corpus import CORPORA
-from mbexp.names import FFNS, HIDDEN_RULES, NORMS, PLACEMENTS, POSITIONS
+from mbexp.names import FFNS, GELU_FFNS, GELUS, HIDDEN_RULES, NORM_OPTIONS, NORMS, PLACEMENTS, POSITIONS, QK_NORMS
 from mbexp.schedule import SCHEDULES
 
 LOGGERS = ("wandb", "none")
@@ -25,6 +25,7 @@ class NormConfig:
     name: str = "layer"
     eps: float = 1e-5
     bias: bool = False  # LayerNorm only
+    alpha_init: float = 0.5  # DyT only: the initial value of its learnable scalar alpha (Zhu et al. 2025's default)
 
 
 @dataclass
@@ -35,6 +36,7 @@ class PlacementConfig:
 @dataclass
 class FFNConfig:
     name: str = "relu"
+    gelu: str = "exact"  # gelu and geglu only: exact, or tanh (the approximation GPT-2 and Gemma use)
 
 
 @dataclass
@@ -49,9 +51,12 @@ class ModelConfig:
     d_model: int = 128
     n_layers: int = 4
     n_heads: int = 4
+    n_kv_heads: int | None = None  # grouped-query attention: this many key/value heads (None: n_heads)
     seq_len: int = 128
     pos: str = "rope"
     tie_embeddings: bool = True
+    bias: bool = False  # biases in the attention and FFN Linears (GPT-2, the original Transformer)
+    qk_norm: str = "none"  # none | head | proj: normalise q and k before RoPE, per head or over the projection
 
 
 @dataclass
@@ -133,6 +138,15 @@ class Config:
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
 
 
+def when(name: str, choices: str, value: Any, otherwise: Any) -> Any:
+    """${when:NAME,A|B,VALUE,OTHERWISE}: VALUE if NAME is A or B, else OTHERWISE. conf/arch presets set an
+    option that only one choice takes this way (`norm.bias` for norm=layer), so `+arch=gpt2 norm=rms` composes."""
+    return value if name in str(choices).split("|") else otherwise
+
+
+OmegaConf.register_new_resolver("when", when, replace=True)
+
+
 def register() -> None:
     ConfigStore.instance().store(name="mbexp_schema", node=Config)
 
@@ -155,6 +169,8 @@ def validate(cfg: Config) -> Config:
         ("ffn.name", cfg.ffn.name, FFNS),
         ("hidden.name", cfg.hidden.name, HIDDEN_RULES),
         ("model.pos", cfg.model.pos, POSITIONS),
+        ("model.qk_norm", cfg.model.qk_norm, QK_NORMS),
+        ("ffn.gelu", cfg.ffn.gelu, GELUS),
         ("data.name", cfg.data.name, CORPORA),
         ("optim.schedule", cfg.optim.schedule, SCHEDULES),
         ("logger.name", cfg.logger.name, LOGGERS),
@@ -169,8 +185,7 @@ def validate(cfg: Config) -> Config:
         )
     if cfg.model.pos == "rope" and (cfg.model.d_model // cfg.model.n_heads) % 2:
         raise ConfigError("model.pos=rope needs an even head size (model.d_model / model.n_heads)")
-    if cfg.norm.bias and cfg.norm.name != "layer":
-        raise ConfigError("norm.bias=true is only defined for norm=layer")
+    _check_model_options(cfg)
     for key, value, low in [
         ("optim.warmup_steps", cfg.optim.warmup_steps, 0),
         ("optim.lr", cfg.optim.lr, 0),
@@ -199,6 +214,26 @@ def validate(cfg: Config) -> Config:
     return cfg
 
 
+def _check_model_options(cfg: Config) -> None:
+    """The model options that depend on one another (docs/model.md)."""
+    m = cfg.model
+    if m.n_kv_heads is not None and (m.n_kv_heads < 1 or m.n_heads % m.n_kv_heads):
+        divisors = [d for d in range(1, m.n_heads + 1) if m.n_heads % d == 0]
+        raise ConfigError(f"model.n_kv_heads={m.n_kv_heads} must divide model.n_heads={m.n_heads}; "
+                          f"choose one of: {', '.join(map(str, divisors))}")
+    if m.pos == "sinusoidal" and m.d_model % 2:
+        raise ConfigError("model.pos=sinusoidal needs an even model.d_model")
+    if cfg.ffn.gelu != "exact" and cfg.ffn.name not in GELU_FFNS:
+        raise ConfigError(f"ffn.gelu={cfg.ffn.gelu} applies only to ffn={' or ffn='.join(GELU_FFNS)}; "
+                          f"with ffn={cfg.ffn.name} leave ffn.gelu=exact")
+    takes = NORM_OPTIONS[cfg.norm.name]
+    for key in ("eps", "bias", "alpha_init"):
+        value = getattr(cfg.norm, key)
+        if key not in takes and value != getattr(NormConfig, key):
+            raise ConfigError(f"norm.{key}={value} does not apply to norm={cfg.norm.name}; "
+                              f"norm={cfg.norm.name} takes: {', '.join(f'norm.{k}' for k in takes)}")
+
+
 def to_object(cfg: DictConfig | Config) -> Config:
     """The plain, validated Config for a composed DictConfig (hydra node removed)."""
     if isinstance(cfg, DictConfig):
@@ -211,27 +246,26 @@ def to_object(cfg: DictConfig | Config) -> Config:
     return validate(cfg)
 
 
+BLOCK_GROUPS = ("norm", "placement", "ffn", "hidden")
+
+
+def spec_key(field_name: str) -> str:
+    """The config key of a ModelSpec field: `norm` -> norm.name, `norm_eps` -> norm.eps, `d_model` -> model.d_model."""
+    group, _, rest = field_name.partition("_")
+    if field_name in BLOCK_GROUPS:
+        return f"{field_name}.name"
+    return f"{group}.{rest}" if group in BLOCK_GROUPS else f"model.{field_name}"
+
+
 def model_spec(cfg: Config, vocab_size: int):
     """The model contract (a ModelSpec) for this config and a tokenizer of `vocab_size` tokens."""
+    from dataclasses import fields
+    from operator import attrgetter
+
     from mbexp.model import ModelSpec
 
-    m = cfg.model
-    return ModelSpec(
-        vocab_size=vocab_size,
-        d_model=m.d_model,
-        n_layers=m.n_layers,
-        n_heads=m.n_heads,
-        seq_len=m.seq_len,
-        pos=m.pos,
-        tie_embeddings=m.tie_embeddings,
-        norm=cfg.norm.name,
-        norm_eps=cfg.norm.eps,
-        norm_bias=cfg.norm.bias,
-        placement=cfg.placement.name,
-        ffn=cfg.ffn.name,
-        hidden=cfg.hidden.name,
-        multiple_of=cfg.hidden.multiple_of,
-    )
+    values = {f.name: attrgetter(spec_key(f.name))(cfg) for f in fields(ModelSpec) if f.name != "vocab_size"}
+    return ModelSpec(vocab_size=vocab_size, **values)
 
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"

@@ -1,10 +1,13 @@
 """The eight feed-forward variants of Shazeer (2020) and the hidden-width rule."""
 
 import math
+from functools import partial
 
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from mbexp import names
 
 ACTIVATIONS = {
     "relu": F.relu,
@@ -16,9 +19,10 @@ ACTIVATIONS = {
     "geglu": F.gelu,
     "swiglu": F.silu,
 }
-GATED = {"glu", "bilinear", "reglu", "geglu", "swiglu"}
-FFNS = tuple(ACTIVATIONS)
-HIDDEN_RULES = ("matched", "4d", "8_3d")
+GELUS = {"exact": F.gelu, "tanh": partial(F.gelu, approximate="tanh")}  # tanh: GPT-2's and Gemma's GELU
+GATED = set(names.GATED)
+FFNS = names.FFNS
+HIDDEN_RULES = names.HIDDEN_RULES
 
 
 def ffn_hidden_dim(d_model: int, *, ffn: str, rule: str = "matched", multiple_of: int = 1) -> int:
@@ -38,17 +42,23 @@ def ffn_hidden_dim(d_model: int, *, ffn: str, rule: str = "matched", multiple_of
 
 
 class FFN(nn.Module):
-    """act(xW) W2, or act(xW) * xV W2 for the gated variants; no biases."""
+    """act(xW) W2, or act(xW) * xV W2 for the gated variants; biases (model.bias) only on request.
 
-    def __init__(self, name: str, d_model: int, d_ff: int):
+    gelu: the GELU of the gelu and geglu FFNs, exact (x * Phi(x)) or its tanh approximation.
+    """
+
+    def __init__(self, name: str, d_model: int, d_ff: int, *, bias: bool = False, gelu: str = "exact"):
         super().__init__()
         if name not in ACTIVATIONS:
             raise ValueError(f"unknown ffn '{name}'; valid: {', '.join(FFNS)}")
+        if gelu not in GELUS or (gelu != "exact" and name not in names.GELU_FFNS):
+            raise ValueError(f"ffn.gelu={gelu} is not valid for ffn={name}; valid: exact, or tanh for "
+                             f"ffn={' or '.join(names.GELU_FFNS)}")
         self.name = name
-        self.act = ACTIVATIONS[name]
-        self.w = nn.Linear(d_model, d_ff, bias=False)
-        self.v = nn.Linear(d_model, d_ff, bias=False) if name in GATED else None
-        self.w2 = nn.Linear(d_ff, d_model, bias=False)
+        self.act = GELUS[gelu] if name in names.GELU_FFNS else ACTIVATIONS[name]
+        self.w = nn.Linear(d_model, d_ff, bias=bias)
+        self.v = nn.Linear(d_model, d_ff, bias=bias) if name in GATED else None
+        self.w2 = nn.Linear(d_ff, d_model, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.act(self.w(x))  # (B, T, d_ff)

@@ -1,4 +1,4 @@
-"""The decoder-only LM, assembled from a norm, a placement, an FFN and a width rule."""
+"""The decoder-only LM, assembled from a norm, a placement, an FFN and a width rule (docs/model.md)."""
 
 import math
 from dataclasses import dataclass
@@ -7,36 +7,72 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from mbexp import names
 from mbexp.attention import CausalSelfAttention
 from mbexp.ffn import FFN, ffn_hidden_dim
 from mbexp.norms import build_norm
 
-PLACEMENTS = ("pre", "post")
-POSITIONS = ("rope", "learned")
+PLACEMENTS = names.PLACEMENTS
+POSITIONS = names.POSITIONS
+# whether the residual stream needs a norm before the head: post and deepnorm already end in one
+FINAL_NORM = {"pre": True, "post": False, "peri": True, "output": True, "deepnorm": False}
 
 
 @dataclass
 class ModelSpec:
-    """Everything that decides the model's shape; the model's only contract."""
+    """Everything that decides the model's shape; the model's only contract. No defaults here: they are the
+    config's (config.model_spec fills each field from its key: `d_model` <- model.d_model, `norm` <- norm.name,
+    `norm_eps` <- norm.eps, `hidden_multiple_of` <- hidden.multiple_of; vocab_size comes from the tokenizer)."""
 
-    vocab_size: int = 4096
-    d_model: int = 128
-    n_layers: int = 4
-    n_heads: int = 4
-    seq_len: int = 128
-    pos: str = "rope"  # rope: no position parameters; learned: GPT-2 absolute positions
-    tie_embeddings: bool = True  # head shares the token embedding: fewer params at tiny scale
-    norm: str = "layer"
-    norm_eps: float = 1e-5
-    norm_bias: bool = False
-    placement: str = "pre"
-    ffn: str = "relu"
-    hidden: str = "matched"
-    multiple_of: int = 1
+    vocab_size: int
+    d_model: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int | None  # None: n_heads (multi-head); fewer: grouped-query attention
+    seq_len: int
+    pos: str  # rope: no position parameters; learned: GPT-2's; sinusoidal: fixed (Vaswani et al. §3.5)
+    tie_embeddings: bool  # head shares the token embedding: fewer params at tiny scale
+    bias: bool  # biases in every attention and FFN Linear (GPT-2, the original Transformer)
+    qk_norm: str  # none | head | proj: normalise q and k before RoPE
+    norm: str
+    norm_eps: float
+    norm_bias: bool
+    norm_alpha_init: float
+    placement: str
+    ffn: str
+    ffn_gelu: str
+    hidden: str
+    hidden_multiple_of: int
 
     @property
     def d_ff(self) -> int:
-        return ffn_hidden_dim(self.d_model, ffn=self.ffn, rule=self.hidden, multiple_of=self.multiple_of)
+        return ffn_hidden_dim(self.d_model, ffn=self.ffn, rule=self.hidden, multiple_of=self.hidden_multiple_of)
+
+    def make_norm(self, dim: int) -> nn.Module:
+        return build_norm(self.norm, dim, eps=self.norm_eps, bias=self.norm_bias, alpha_init=self.norm_alpha_init)
+
+
+def deepnorm_alpha(n_layers: int) -> float:
+    """DeepNorm's residual up-weighting for a decoder-only stack of L layers: (2L)^(1/4) (Wang et al. 2022)."""
+    return (2 * n_layers) ** 0.25
+
+
+def deepnorm_beta(n_layers: int) -> float:
+    """DeepNorm's Xavier gain for the FFN, value and output projections: (8L)^(-1/4)."""
+    return (8 * n_layers) ** -0.25
+
+
+def xavier_normal_(weight: torch.Tensor, gain: float) -> None:
+    """Xavier-normal init of one (out, in) matrix or row block of a fused one: std = gain * sqrt(2 / (in + out))."""
+    with torch.no_grad():
+        weight.normal_(0.0, gain * math.sqrt(2.0 / sum(weight.shape)))
+
+
+def sinusoidal_positions(seq_len: int, d_model: int) -> torch.Tensor:
+    """(T, D): PE[p, 2i] = sin(p / 10000^(2i/D)), PE[p, 2i+1] = cos(p / 10000^(2i/D)) (Vaswani et al. §3.5)."""
+    angles = torch.outer(torch.arange(seq_len, dtype=torch.float32),
+                         10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float32) / d_model))
+    return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)
 
 
 class Block(nn.Module):
@@ -45,27 +81,42 @@ class Block(nn.Module):
         if spec.placement not in PLACEMENTS:
             raise ValueError(f"unknown placement '{spec.placement}'; valid: {', '.join(PLACEMENTS)}")
         self.placement = spec.placement
-        self.norm1 = build_norm(spec.norm, spec.d_model, eps=spec.norm_eps, bias=spec.norm_bias)
-        self.norm2 = build_norm(spec.norm, spec.d_model, eps=spec.norm_eps, bias=spec.norm_bias)
-        self.attn = CausalSelfAttention(spec.d_model, spec.n_heads, spec.seq_len, rope=spec.pos == "rope")
-        self.ffn = FFN(spec.ffn, spec.d_model, spec.d_ff)
+        self.norm1, self.norm2 = spec.make_norm(spec.d_model), spec.make_norm(spec.d_model)
+        if spec.placement == "peri":  # norm1/norm2 wrap the sublayers' inputs, these their outputs
+            self.norm1_out, self.norm2_out = spec.make_norm(spec.d_model), spec.make_norm(spec.d_model)
+        self.alpha = deepnorm_alpha(spec.n_layers) if spec.placement == "deepnorm" else 1.0
+        self.attn = CausalSelfAttention(spec.d_model, spec.n_heads, spec.seq_len, rope=spec.pos == "rope",
+                                        n_kv_heads=spec.n_kv_heads, bias=spec.bias, qk_norm=spec.qk_norm,
+                                        make_norm=spec.make_norm)
+        self.ffn = FFN(spec.ffn, spec.d_model, spec.d_ff, bias=spec.bias, gelu=spec.ffn_gelu)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D) -> (B, T, D)
-        if self.placement == "pre":
-            x = x + self.attn(self.norm1(x))
-            x = x + self.ffn(self.norm2(x))
-        else:  # post
-            x = self.norm1(x + self.attn(x))
-            x = self.norm2(x + self.ffn(x))
+        attn, ffn, p = self.attn, self.ffn, self.placement
+        if p == "pre":
+            x = x + attn(self.norm1(x))
+            x = x + ffn(self.norm2(x))
+        elif p == "post":
+            x = self.norm1(x + attn(x))
+            x = self.norm2(x + ffn(x))
+        elif p == "peri":
+            x = x + self.norm1_out(attn(self.norm1(x)))
+            x = x + self.norm2_out(ffn(self.norm2(x)))
+        elif p == "output":
+            x = x + self.norm1(attn(x))
+            x = x + self.norm2(ffn(x))
+        else:  # deepnorm
+            x = self.norm1(self.alpha * x + attn(x))
+            x = self.norm2(self.alpha * x + ffn(x))
         return x
 
 
 class DecoderLM(nn.Module):
-    """Token embedding -> blocks -> (final norm, pre only) -> LM head.
+    """Token embedding (+ positions) -> blocks -> final norm (placement's choice, FINAL_NORM) -> LM head.
 
     Initialisation (GPT-2): every Linear and Embedding weight ~ N(0, 0.02), the two
     residual-branch output projections (attn.proj, ffn.w2) ~ N(0, 0.02 / sqrt(2 L)) so the
-    residual stream's variance does not grow with depth; norm gains 1, biases 0.
+    residual stream's variance does not grow with depth; norm gains 1, biases 0. DeepNorm
+    instead uses its paper's init (deepnorm_init_).
     """
 
     def __init__(self, spec: ModelSpec):
@@ -75,18 +126,18 @@ class DecoderLM(nn.Module):
         self.spec = spec
         self.tok_emb = nn.Embedding(spec.vocab_size, spec.d_model)
         self.pos_emb = nn.Embedding(spec.seq_len, spec.d_model) if spec.pos == "learned" else None
+        if spec.pos == "sinusoidal":
+            self.register_buffer("pos_table", sinusoidal_positions(spec.seq_len, spec.d_model), persistent=False)
         self.blocks = nn.ModuleList(Block(spec) for _ in range(spec.n_layers))
-        # Post-LN already ends in a norm; Pre-LN's residual stream needs one before the head
-        self.final_norm = (
-            build_norm(spec.norm, spec.d_model, eps=spec.norm_eps, bias=spec.norm_bias)
-            if spec.placement == "pre"
-            else nn.Identity()
-        )
+        self.final_norm = spec.make_norm(spec.d_model) if FINAL_NORM[spec.placement] else nn.Identity()
         self.head = nn.Linear(spec.d_model, spec.vocab_size, bias=False)
         self.apply(self._init_weights)
         for block in self.blocks:
-            for proj in (block.attn.proj, block.ffn.w2):
-                nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * spec.n_layers))
+            if spec.placement == "deepnorm":
+                deepnorm_init_(block, spec.n_layers)
+            else:
+                for proj in (block.attn.proj, block.ffn.w2):
+                    nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * spec.n_layers))
         if spec.tie_embeddings:
             self.head.weight = self.tok_emb.weight
 
@@ -94,12 +145,17 @@ class DecoderLM(nn.Module):
     def _init_weights(module: nn.Module) -> None:
         if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
         """Logits (B, T, V) for idx (B, T); with targets, also the mean cross-entropy."""
+        T = idx.shape[1]
         x = self.tok_emb(idx)  # (B, T, D)
         if self.pos_emb is not None:
-            x = x + self.pos_emb(torch.arange(idx.shape[1], device=idx.device))
+            x = x + self.pos_emb(torch.arange(T, device=idx.device))
+        elif self.spec.pos == "sinusoidal":
+            x = x + self.pos_table[:T].to(x.dtype)
         for block in self.blocks:
             x = block(x)
         logits = self.head(self.final_norm(x))  # (B, T, V)
@@ -107,6 +163,18 @@ class DecoderLM(nn.Module):
             return logits, None
         loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
         return logits, loss
+
+
+def deepnorm_init_(block: Block, n_layers: int) -> None:
+    """DeepNet's init (Wang et al. 2022): Xavier-normal with gain beta = (8L)^(-1/4) on the FFN, value and output
+    projections, gain 1 on the query and key projections."""
+    beta, attn, d_model = deepnorm_beta(n_layers), block.attn, block.attn.proj.weight.shape[0]
+    q, k, v = attn.qkv.weight.split([d_model, *(2 * [attn.n_kv_heads * attn.head_dim])])
+    for weight, gain in ((q, 1.0), (k, 1.0), (v, beta), (attn.proj.weight, beta)):
+        xavier_normal_(weight, gain)
+    for linear in (block.ffn.w, block.ffn.v, block.ffn.w2):
+        if linear is not None:
+            xavier_normal_(linear.weight, beta)
 
 
 FLOPS_FORMULA = "6*N_matmul + 12*n_layers*d_model*seq_len"

@@ -1,10 +1,16 @@
 """The names of every option of the block's axes, in table order. Torch-free, so that `make table`
 and the config checks can use them without loading the model; each dispatch registry (norms.NORMS,
-ffn.ACTIVATIONS, ...) is keyed by exactly these names, which tests/test_rules.py checks."""
+ffn.ACTIVATIONS, model.FINAL_NORM, ...) is keyed by exactly these names, which tests/test_model.py checks."""
 
-NORMS = ("layer", "rms")
-PLACEMENTS = ("pre", "post")
+NORMS = ("layer", "rms", "dyt")
+# the norm.* options each norm takes; any other norm.* key must keep its default (config.validate)
+NORM_OPTIONS = {"layer": ("eps", "bias"), "rms": ("eps",), "dyt": ("alpha_init",)}
+PLACEMENTS = ("pre", "post", "peri", "output", "deepnorm")
 FFNS = ("relu", "gelu", "swish", "glu", "bilinear", "reglu", "geglu", "swiglu")
 GATED = ("glu", "bilinear", "reglu", "geglu", "swiglu")
+GELU_FFNS = ("gelu", "geglu")  # the FFNs that ffn.gelu (exact | tanh) applies to
+GELUS = ("exact", "tanh")
 HIDDEN_RULES = ("matched", "4d", "8_3d")
-POSITIONS = ("rope", "learned")
+POSITIONS = ("rope", "learned", "sinusoidal")
+QK_NORMS = ("none", "head", "proj")  # head: each head's dims (Gemma 3, Qwen 3); proj: the whole projection (OLMo 2)
+ARCHS = ("gpt2", "llama", "vaswani", "olmo2", "gemma")  # conf/arch presets

@@ -1,7 +1,10 @@
-"""Normalisation layers: LayerNorm and RMSNorm (DESIGN.md §3), keyed by name."""
+"""Normalisation layers: LayerNorm, RMSNorm and DyT (docs/model.md, "Norms"), keyed by name."""
 
 import torch
 from torch import nn
+
+from mbexp import names
+from mbexp.config import NormConfig
 
 
 class LayerNorm(nn.Module):
@@ -20,10 +23,8 @@ class LayerNorm(nn.Module):
 class RMSNorm(nn.Module):
     """x * rsqrt(mean(x^2) + eps) * g: no centring, no bias."""
 
-    def __init__(self, dim: int, *, eps: float = 1e-5, bias: bool = False):
+    def __init__(self, dim: int, *, eps: float = 1e-5):
         super().__init__()
-        if bias:
-            raise ValueError("norm.bias=true is only defined for norm=layer; RMSNorm has no bias")
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
 
@@ -34,11 +35,29 @@ class RMSNorm(nn.Module):
         return (y * self.weight.float()).type_as(x)
 
 
-NORMS = {"layer": LayerNorm, "rms": RMSNorm}
+class DyT(nn.Module):
+    """Dynamic Tanh (Zhu et al. 2025): g * tanh(alpha * x) + b, alpha one learnable scalar; no statistics."""
+
+    def __init__(self, dim: int, *, alpha_init: float = 0.5):
+        super().__init__()
+        self.alpha = nn.Parameter(torch.tensor(float(alpha_init)))
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.alpha * x) * self.weight + self.bias
 
 
-def build_norm(name: str, dim: int, *, eps: float = 1e-5, bias: bool = False) -> nn.Module:
-    """The norm called `name`; an unknown name lists the valid ones."""
+NORMS = {"layer": LayerNorm, "rms": RMSNorm, "dyt": DyT}
+
+
+def build_norm(name: str, dim: int, **options) -> nn.Module:
+    """The norm called `name` with the norm.* `options` it takes (names.NORM_OPTIONS); an unknown name lists
+    the valid ones, and an option the norm cannot take, set away from its NormConfig default, is an error."""
     if name not in NORMS:
         raise ValueError(f"unknown norm '{name}'; valid: {', '.join(NORMS)}")
-    return NORMS[name](dim, eps=eps, bias=bias)
+    takes = names.NORM_OPTIONS[name]
+    for key, value in options.items():
+        if key not in takes and value != getattr(NormConfig, key):
+            raise ValueError(f"norm.{key}={value} does not apply to norm={name}; it takes: {', '.join(takes)}")
+    return NORMS[name](dim, **{key: value for key, value in options.items() if key in takes})

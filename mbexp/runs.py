@@ -19,7 +19,11 @@ NOT_IDENTITY = ("seed", "name", "force", "results_dir", "device", "logger", "slu
 # Upgrades must not rename finished runs (tests/test_rules.py pins config -> directory pairs):
 # a key added later is left out of the hash while it has the value that reproduces the old behaviour,
 # and a key that stopped deciding the numbers is hashed at the one value every old run had.
-ADDED_LATER = {"data.test_fraction": 0.0}
+ADDED_LATER = {"data.test_fraction": 0.0, "model.n_kv_heads": None, "model.bias": False, "model.qk_norm": "none",
+               "norm.alpha_init": 0.5, "ffn.gelu": "exact"}
+# the model options added later, as they read in a row name when set away from their legacy value
+ROW_TAGS = {"model.n_kv_heads": "kv{}", "model.bias": "bias", "model.qk_norm": "qk{}", "ffn.gelu": "gelu{}",
+            "norm.alpha_init": "a{}"}
 HASHED_AS = {"compile": False}  # compiling changes speed, not what is computed
 
 
@@ -65,8 +69,13 @@ def config_hash(cfg: Config, *, without: tuple[str, ...] = ()) -> str:
 
 
 def row_name(cfg: Config) -> str:
-    """The readable table row: the four block axes."""
-    return f"{cfg.norm.name}-{cfg.placement.name}-{cfg.ffn.name}-{cfg.hidden.name}"
+    """The readable table row: the four block axes, then each later model option that is not at its legacy
+    value (e.g. rms-pre-swiglu-matched-kv2-qkhead; sinusoidal positions as -sinusoidal)."""
+    flat = _flat(asdict(cfg))
+    tags = [tag.format(flat[key]) for key, tag in ROW_TAGS.items() if flat[key] != ADDED_LATER[key]]
+    if cfg.model.pos == "sinusoidal":  # rope and learned rows predate the tags: their names stay as they were
+        tags.append("sinusoidal")
+    return "-".join([cfg.norm.name, cfg.placement.name, cfg.ffn.name, cfg.hidden.name, *tags])
 
 
 def variant_name(cfg: Config) -> str:
