@@ -1,6 +1,5 @@
-"""The results table on hand-made run files: statistics, robustness, baseline choice and outputs."""
+"""The results table on hand-made run files: rows, tuned key, column axes, statistics, robustness and outputs."""
 
-import hashlib
 import json
 import math
 import statistics
@@ -10,9 +9,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from scipy import stats
+from scipy import stats as scipy_stats
 
-from mbexp import table
+from mbexp.analysis import figures, outputs, render, stats, table
+from mbexp.analysis.collect import SummaryError, collect_runs, load_curves
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = "layer-pre-relu-matched"
@@ -24,94 +24,235 @@ def write_run(
     *,
     seed: int = 0,
     final: float | None = 5.0,
+    test: float | None = None,
     experiment: str = "quick",
-    warmup: int = 0,
+    warmup: int = 30,
+    lr: float = 3e-3,
+    steps: int = 300,
     status: str = "completed",
     curve: list[float] | None = None,
+    legacy: bool = False,
+    extra: dict | None = None,
     **fields,
 ) -> Path:
-    """Write runs/<experiment>/<variant>/seed=<s>/summary.json (and metrics.jsonl if `curve`); returns the run dir."""
+    """Write runs/<experiment>/<variant>/seed=<s>/summary.json (and metrics.jsonl if `curve`); returns the run dir.
+    The test loss defaults to final + 0.05; `legacy` writes a v0.1 summary (no identity, no test split)."""
     norm, placement, ffn, hidden = row.split("-")
-    row_id = fields.pop("row_id", hashlib.sha1(f"{experiment}/{row}".encode()).hexdigest()[:8])
-    variant = fields.pop("variant", f"{row}-wu{warmup}-{row_id}")
+    identity = {"norm.name": norm, "placement.name": placement, "ffn.name": ffn, "hidden.name": hidden,
+                "optim.lr": lr, "optim.warmup_steps": warmup, "train.steps": steps, "optim.betas": [0.9, 0.95],
+                **(extra or {})}
+    chash = str(abs(hash(json.dumps(identity, sort_keys=True))))[:8]
+    row_id = fields.pop("row_id", f"r{abs(hash((experiment, row, lr, steps, json.dumps(extra)))) % 10**7}")
+    variant = fields.pop("variant", f"{row}-wu{warmup}-{chash}")
+    done = status == "completed"
+    test = final + 0.05 if test is None and final is not None else test
     summary = {
         "status": status, "experiment": experiment, "variant": variant, "row": row, "row_id": row_id, "seed": seed,
         "axes": {"norm": norm, "placement": placement, "ffn": ffn, "hidden": hidden, "warmup_steps": warmup},
-        "steps": 300, "step": 300, "params": 1311360, "params_non_embedding": 786432, "params_ffn": 524288,
-        "d_ff": 512, "early_step": 37, "early_val_loss": 6.0, "early_val_bpb": 2.3,
-        "final_val_loss": final if status == "completed" else None,
-        "final_val_bpb": final / 3 if final is not None and status == "completed" else None,
-        "tokens_seen": 614400, "wall_time_s": 55.0, "tokens_per_s": 10000.0,
-        "git_commit": "abc123", "versions": {"torch": "2.13.0"}, "config_hash": "0" * 8,
-    } | fields  # fmt: skip
+        "steps": steps, "step": steps, "params": 1311360, "params_non_embedding": 786432, "d_ff": 512,
+        "early_step": 37, "early_val_loss": 6.0, "final_val_loss": final if done else None,
+        "final_val_bpb": final / 3 if final is not None and done else None, "tokens_seen": steps * 2048,
+        "tokens_per_s": 10000.0, "config_hash": chash,
+    }  # fmt: skip
+    if not legacy:
+        summary |= {
+            "identity": identity, "flops_per_token": 7_000_000, "early_tokens": 37 * 2048,
+            "final_test_loss": test if done else None, "final_test_bpb": test / 3 if test is not None and done else None,
+            "final_train_loss": final - 0.1 if done else None, "generalization_gap": -0.1 if done else None,
+            "train_tokens": 250_000, "epochs": steps * 2048 / 250_000, "tokens_per_s_median": 9000.0 + seed,
+        }  # fmt: skip
+    summary |= fields
     run_dir = results / "runs" / experiment / variant / f"seed={seed}"
     run_dir.mkdir(parents=True)
     (run_dir / "summary.json").write_text(json.dumps(summary))
     if curve:
-        records = [{"step": 10 * i, "train_loss": v + 0.1, "lr": 1e-3, "grad_norm": 1.0, "tokens": 100 * i,
-                    "tokens_per_s": 1e4} for i, v in enumerate(curve)]  # fmt: skip
+        records = [{"step": 10 * i, "train_loss": v + 0.1, "tokens": 100 * i} for i, v in enumerate(curve)]
         records += [{"step": 10 * i, "val_loss": v, "val_bpb": v / 3, "tokens": 100 * i} for i, v in enumerate(curve)]
         (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     return run_dir
 
 
+def built(results: Path, experiment: str = "quick", **kwargs) -> table.Table:
+    return table.build_tables(results, **kwargs)[experiment]
+
+
 def row_of(results: Path, label: str, experiment: str = "quick", **kwargs) -> pd.Series:
-    t = table.build_tables(results, **kwargs)[experiment]
-    return t.set_index("label").loc[label]
+    return built(results, experiment, **kwargs).rows.set_index("label").loc[label]
 
 
-def test_mean_and_sample_std(tmp_path):
+def shown(t: table.Table) -> pd.DataFrame:
+    return render.display(t).set_index("variant")
+
+
+def test_mean_and_sample_std_of_the_test_loss(tmp_path):
     for seed, final in enumerate([5.0, 5.2, 5.6]):
-        write_run(tmp_path, seed=seed, final=final)
-    row = row_of(tmp_path, BASE)
-    assert row["n"] == 3
-    assert row["final_mean"] == pytest.approx(statistics.mean([5.0, 5.2, 5.6]))
-    assert row["final_std"] == pytest.approx(statistics.stdev([5.0, 5.2, 5.6]))
-    assert row["final_bpb"] == pytest.approx(statistics.mean([5.0, 5.2, 5.6]) / 3)
-    assert "| 5.267 ± 0.3055 (3) | baseline |" in table.to_markdown(table.build_tables(tmp_path)["quick"])
+        write_run(tmp_path, seed=seed, final=final, test=final + 0.1)
+    t = built(tmp_path)
+    row = t.rows.set_index("label").loc[BASE]
+    assert t.split == "test" and row["n"] == 3
+    assert row["final_mean"] == pytest.approx(statistics.mean([5.1, 5.3, 5.7]))
+    assert row["final_std"] == pytest.approx(statistics.stdev([5.1, 5.3, 5.7]))
+    assert row["final_bpb"] == pytest.approx(statistics.mean([5.1, 5.3, 5.7]) / 3)
+    md = render.to_markdown(t)
+    assert "| 5.367 ± 0.3055 (3) | baseline |" in md and "final test log-ppl" in md
+    assert md.startswith("**quick** — 300 steps, 614,400 tokens per run; final log-ppl on the test split.")
 
 
-def test_paired_interval_matches_scipy(tmp_path):
-    base, better, noisy = [5.0, 5.3, 4.9, 5.1], [4.8, 5.15, 4.75, 4.85], [5.1, 5.1, 4.9, 5.0]
+def test_paired_interval_holm_and_marks(tmp_path):
+    base, better, noisy, close = [5.0, 5.3, 4.9, 5.1], [4.8, 5.15, 4.75, 4.85], [5.1, 5.1, 4.9, 5.0], [5.0, 5.3, 4.9, 5.1]
+    rows = {"layer-pre-swiglu-matched": better, "layer-pre-gelu-matched": noisy, "layer-pre-geglu-matched": close}
     for seed in range(4):
-        write_run(tmp_path, BASE, seed=seed, final=base[seed])
-        write_run(tmp_path, "layer-pre-swiglu-matched", seed=seed, final=better[seed])
-        write_run(tmp_path, "layer-pre-gelu-matched", seed=seed, final=noisy[seed])
-    t = table.build_tables(tmp_path)["quick"].set_index("label")
-    for label, values in [("layer-pre-swiglu-matched", better), ("layer-pre-gelu-matched", noisy)]:
-        ci = stats.ttest_rel(values, base).confidence_interval(0.95)
+        write_run(tmp_path, BASE, seed=seed, final=base[seed], test=base[seed])
+        for row, values in rows.items():
+            write_run(tmp_path, row, seed=seed, final=values[seed], test=values[seed] + 0.001 * (seed % 2))
+    t = built(tmp_path).rows.set_index("label")
+    tests = {row: [v + 0.001 * (s % 2) for s, v in enumerate(values)] for row, values in rows.items()}
+    raw = {}
+    for label, values in tests.items():
+        result = scipy_stats.ttest_rel(values, base)
+        ci = result.confidence_interval(0.95)
         row = t.loc[label]
         assert row["ci_method"] == "paired"
         assert row["delta"] == pytest.approx(statistics.mean(values) - statistics.mean(base))
         assert (row["ci_low"], row["ci_high"]) == pytest.approx((ci.low, ci.high))
-    assert not t.loc["layer-pre-swiglu-matched", "within_noise"] and t.loc["layer-pre-gelu-matched", "within_noise"]
-    shown = table.display(t.reset_index()).set_index("variant")["Δ vs baseline (95% CI)"]
-    assert shown["layer-pre-gelu-matched"].endswith(table.NOISE)
-    assert not shown["layer-pre-swiglu-matched"].endswith(table.NOISE)
-    assert shown[BASE] == "baseline"
+        assert (row["paired_low"], row["paired_high"]) == pytest.approx((ci.low, ci.high))
+        welch = scipy_stats.ttest_ind(values, base, equal_var=False).confidence_interval(0.95)
+        assert (row["welch_low"], row["welch_high"]) == pytest.approx((welch.low, welch.high))
+        raw[label] = result.pvalue
+    adjusted = dict(zip(raw, stats.holm(list(raw.values()))))
+    assert t.loc[list(raw), "p_holm"].tolist() == pytest.approx([adjusted[k] for k in raw])
+    assert t.loc["layer-pre-swiglu-matched", "mark"] == "better"
+    assert t.loc["layer-pre-gelu-matched", "mark"] == "not resolved"  # its interval contains 0: not agreement
+    assert t.loc["layer-pre-geglu-matched", "mark"] == "equivalent"  # Δ 0.0005 ± 0.0009, far inside ±0.02
+    assert t.loc[BASE, "mark"] == "baseline" and math.isnan(t.loc[BASE, "p_holm"])
+    marks = shown(built(tmp_path))["mark"]
+    assert marks.tolist() == ["baseline", "not resolved", "equiv. ±0.02", "better"]
+    assert shown(built(tmp_path, margin=1e-4))["mark"]["layer-pre-geglu-matched"] == "not resolved"
 
 
-def test_welch_interval_matches_scipy(tmp_path):
+def test_welch_when_no_seed_is_shared(tmp_path):
     base, other = [5.0, 5.3, 4.9], [4.6, 4.7, 4.9, 4.65]
     for seed, final in enumerate(base):
-        write_run(tmp_path, BASE, seed=seed, final=final)
-    for seed, final in enumerate(other, start=10):  # no shared seeds
-        write_run(tmp_path, "rms-pre-relu-matched", seed=seed, final=final)
+        write_run(tmp_path, BASE, seed=seed, test=final)
+    for seed, final in enumerate(other, start=10):
+        write_run(tmp_path, "rms-pre-relu-matched", seed=seed, test=final)
     row = row_of(tmp_path, "rms-pre-relu-matched")
-    ci = stats.ttest_ind(other, base, equal_var=False).confidence_interval(0.95)
-    assert row["ci_method"] == "welch"
+    ci = scipy_stats.ttest_ind(other, base, equal_var=False).confidence_interval(0.95)
+    assert row["ci_method"] == "welch" and math.isnan(row["paired_low"])
     assert (row["ci_low"], row["ci_high"]) == pytest.approx((ci.low, ci.high))
 
 
-def test_one_shared_seed_falls_back_to_welch(tmp_path):
-    for seed, final in enumerate([5.0, 5.3, 4.9]):
-        write_run(tmp_path, BASE, seed=seed, final=final)
-    for seed, final in [(0, 4.6), (7, 4.8)]:
-        write_run(tmp_path, "rms-pre-relu-matched", seed=seed, final=final)
-    row = row_of(tmp_path, "rms-pre-relu-matched")
-    ci = stats.ttest_ind([4.6, 4.8], [5.0, 5.3, 4.9], equal_var=False).confidence_interval(0.95)
-    assert row["ci_method"] == "welch"
-    assert (row["ci_low"], row["ci_high"]) == pytest.approx((ci.low, ci.high))
+def test_lr_chosen_on_validation_reported_on_test(tmp_path):
+    """Validation prefers lr 1e-3, test would prefer 3e-3: the row shows 1e-3 and its test loss."""
+    for seed in range(2):
+        write_run(tmp_path, BASE, seed=seed, lr=1e-3, final=5.00 + seed / 100, test=5.30 + seed / 100)
+        write_run(tmp_path, BASE, seed=seed, lr=3e-3, final=5.10 + seed / 100, test=5.00 + seed / 100)
+        write_run(tmp_path, BASE, seed=seed, lr=1e-2, status="diverged")
+        write_run(tmp_path, "layer-pre-gelu-matched", seed=seed, lr=1e-3, final=5.2, test=5.2 + seed / 100)
+        write_run(tmp_path, "layer-pre-gelu-matched", seed=seed, lr=3e-3, final=5.1, test=5.1 + seed / 50)
+    t = built(tmp_path)
+    assert t.tuned == "optim.lr" and t.column is None
+    rows = t.rows.set_index("label")
+    assert rows.loc[BASE, "tuned"] == 1e-3 and rows.loc[BASE, "tried"] == 3
+    assert rows.loc[BASE, "final_mean"] == pytest.approx(5.305)  # the test loss of the validation choice
+    assert rows.loc["layer-pre-gelu-matched", "tuned"] == 3e-3
+    assert rows.loc["layer-pre-gelu-matched", "delta"] == pytest.approx((5.1 + 5.12) / 2 - 5.305)
+    assert (rows.loc[BASE, "diverged"], rows.loc[BASE, "finished"]) == (2, 6)
+    cells = shown(t)
+    assert cells.loc[BASE, "lr (tried)"] == "0.001 (3)" and cells.loc["layer-pre-gelu-matched", "lr (tried)"] == "0.003 (2)"
+    assert "chosen on validation, reported on test" in render.legend(t)
+    assert sorted(figures.figures(t)) == ["curves", "forest", "lr_tuned"]
+
+
+def test_tune_other_key_and_bad_tune_key(tmp_path):
+    for seed in range(2):
+        for warmup, final in [(0, 5.3), (100, 5.1)]:
+            write_run(tmp_path, BASE, seed=seed, warmup=warmup, final=final)
+    t = built(tmp_path, tune="optim.warmup_steps")
+    assert t.tuned == "optim.warmup_steps" and t.column is None and t.rows["tuned"].tolist() == [100]
+    with pytest.raises(ValueError, match=r"--tune 'optim.lrr' is not a config key of any run; keys: .*optim\.lr"):
+        table.build_tables(tmp_path, tune="optim.lrr")
+    with pytest.raises(ValueError, match="--margin"):
+        table.build_tables(tmp_path, margin=0)
+
+
+def test_warmup_columns_and_sensitivity_interval(tmp_path):
+    for warmup, finals in [(0, [5.5, 5.7]), (100, [5.1, 5.1]), (500, [5.2, 5.4])]:
+        for seed, final in enumerate(finals):
+            write_run(tmp_path, BASE, seed=seed, final=final, test=final + 0.1 * seed, warmup=warmup)
+    for warmup in (0, 100, 500):
+        for seed in range(2):
+            status = "diverged" if warmup == 0 else "completed"
+            write_run(tmp_path, "rms-pre-relu-matched", seed=seed, final=5.0, warmup=warmup, status=status)
+    t = built(tmp_path)
+    assert (t.column, t.columns, t.reference) == ("optim.warmup_steps", [0, 100, 500], 500)  # ties: the largest
+    base = t.rows.set_index("label").loc[BASE]
+    assert [base["wu=0"], base["wu=100"], base["wu=500"]] == pytest.approx([5.65, 5.15, 5.35])
+    # chosen on validation (100), reported on test: (5.5 − 5.1, 5.8 − 5.2) = (0.4, 0.6), 1 df
+    assert base["sensitivity"] == pytest.approx(0.5)
+    assert (base["sensitivity_low"], base["sensitivity_high"]) == pytest.approx((0.5 - 12.706 * 0.1,
+                                                                                 0.5 + 12.706 * 0.1), abs=1e-3)
+    assert base["final_mean"] == pytest.approx(5.35) and base["n"] == 2  # Δ at the reference column
+    assert base["diverged"] == 0 and base["finished"] == 6
+    rms = t.rows.set_index("label").loc["rms-pre-relu-matched"]
+    assert math.isinf(rms["wu=0"]) and math.isinf(rms["sensitivity"]) and (rms["diverged"], rms["finished"]) == (2, 6)
+    cells = shown(t)
+    assert [c for c in cells.columns if c.startswith("wu=")] == ["wu=0", "wu=100", "wu=500"]
+    assert cells.loc["rms-pre-relu-matched", ["wu=0", "warm-up sens. (95% CI)", "diverged"]].tolist() == \
+        ["div.", "∞", "2/6"]
+    assert cells.loc[BASE, "wu=100"] == "5.150 (2)" and cells.loc[BASE, "warm-up sens. (95% CI)"].startswith("0.500 [")
+    assert "Δ and marks at optim.warmup_steps=500" in render.caption(t)
+    assert sorted(figures.figures(t)) == ["curves", "forest", "warmup"]
+
+
+def test_budget_columns_reference_the_largest(tmp_path):
+    for steps, final in [(100, 5.6), (300, 5.2), (200, 5.4)]:
+        for seed in range(2):
+            write_run(tmp_path, BASE, seed=seed, steps=steps, final=final)
+            write_run(tmp_path, "layer-pre-swiglu-matched", seed=seed, steps=steps, final=final - 0.1)
+    write_run(tmp_path, BASE, seed=2, steps=100, final=5.6)  # the most common budget is not the reference
+    t = built(tmp_path)
+    assert (t.column, t.columns, t.reference) == ("train.steps", [100, 200, 300], 300)
+    cells = shown(t)
+    assert [c for c in cells.columns if c.startswith("steps=")] == ["steps=100", "steps=200", "steps=300"]
+    assert cells.loc[BASE, "steps=100"] == "5.650 (3)" and "warm-up sens. (95% CI)" not in cells.columns
+    assert "(the largest budget)" in render.caption(t) and "614,400 tokens" in render.caption(t)
+    assert sorted(figures.figures(t)) == ["curves", "forest", "steps"]
+
+
+def test_single_warmup_has_no_column_axis(tmp_path):
+    write_run(tmp_path, warmup=50)
+    t = built(tmp_path)
+    assert t.column is None and not any(c.startswith("wu=") for c in render.display(t).columns)
+    assert sorted(figures.figures(t)) == ["curves"]  # one row: no comparison, no forest plot
+
+
+def test_legacy_summaries_table_on_validation(tmp_path):
+    for seed, final in enumerate([5.0, 5.2]):
+        for warmup in (0, 100):
+            write_run(tmp_path, BASE, seed=seed, final=final + warmup / 1000, warmup=warmup, legacy=True)
+    t = built(tmp_path)
+    assert t.split == "validation" and t.column == "optim.warmup_steps" and t.reference == 100
+    row = t.rows.iloc[0]
+    assert row["final_mean"] == pytest.approx(5.2) and row["early_tokens"] == 37 * 2048  # derived from tokens/step
+    md = render.to_markdown(t)
+    assert "validation split (these runs have no test split)" in md and "final validation log-ppl" in md
+    cells = shown(t)
+    assert cells.loc[BASE, ["FLOPs/token", "epochs", "gen. gap", "tokens/s"]].tolist() == ["—"] * 4
+    assert "early log-ppl (step 37, 75.8k tok)" in cells.columns
+
+
+def test_new_columns_and_the_epoch_flag(tmp_path):
+    write_run(tmp_path, seed=0, steps=300)
+    write_run(tmp_path, "layer-pre-gelu-matched", seed=0, steps=300, extra={"train.batch_size": 64},
+              epochs=2.4, tokens_seen=2_457_600)
+    t = built(tmp_path)
+    cells = shown(t)
+    assert cells.loc[BASE, ["non-emb. params", "FLOPs/token", "epochs", "gen. gap", "tokens/s"]].tolist() == \
+        ["786,432", "7,000,000", "2.46†", "-0.100", "9,000"]
+    assert cells.loc["layer-pre-gelu-matched", "epochs"] == "2.40†"
+    assert cells["tokens"].tolist() == ["614.4k", "2.46M"] and "steps" not in cells.columns  # tokens differ
+    assert "budget per row" in render.caption(t) and "† past one epoch" in render.legend(t)
 
 
 def test_diverged_run_counted_not_averaged(tmp_path, caplog):
@@ -122,9 +263,8 @@ def test_diverged_run_counted_not_averaged(tmp_path, caplog):
     write_run(tmp_path, seed=4, status="running")
     row = row_of(tmp_path, BASE)
     assert (row["diverged"], row["finished"], row["n"]) == (1, 3, 2)
-    assert row["final_mean"] == pytest.approx(5.2)
-    assert row["early_log_ppl"] == pytest.approx(6.0)
-    assert "| 1/3 |" in table.to_markdown(table.build_tables(tmp_path)["quick"])
+    assert row["final_mean"] == pytest.approx(5.25) and row["early_log_ppl"] == pytest.approx(6.0)
+    assert "| 1/3 |" in render.to_markdown(built(tmp_path))
     assert not caplog.records
 
 
@@ -135,61 +275,33 @@ def test_bad_summaries_reported_skipped_and_strict_raises(tmp_path, caplog):
     partial = write_run(tmp_path, seed=2) / "summary.json"
     partial.write_text(json.dumps({k: v for k, v in json.loads(partial.read_text()).items() if k != "row_id"}))
     wrong_type = write_run(tmp_path, seed=3, final_val_loss="5.1")
-    runs = table.collect_runs(tmp_path)
+    wrong_identity = write_run(tmp_path, seed=4, identity=[1])
+    runs = collect_runs(tmp_path)
     assert runs["seed"].tolist() == [0]
-    for path in (bad_json, partial, wrong_type / "summary.json"):
+    for path in (bad_json, partial, wrong_type / "summary.json", wrong_identity / "summary.json"):
         assert str(path) in caplog.text
-    with pytest.raises(table.SummaryError, match="seed=1"):
-        table.collect_runs(tmp_path, strict=True)
+    with pytest.raises(SummaryError, match="seed=1"):
+        collect_runs(tmp_path, strict=True)
 
 
 def test_experiments_never_mix(tmp_path):
-    write_run(tmp_path, experiment="a", seed=0, final=5.0, row_id="same")
-    write_run(tmp_path, experiment="a", seed=1, final=5.2, row_id="same")
-    write_run(tmp_path, experiment="b", seed=0, final=7.0, row_id="same")
+    write_run(tmp_path, experiment="a", seed=0, final=5.0, test=5.0)
+    write_run(tmp_path, experiment="a", seed=1, final=5.2, test=5.2)
+    write_run(tmp_path, experiment="b", seed=0, final=7.0, test=7.0)
     tables = table.build_tables(tmp_path)
     assert sorted(tables) == ["a", "b"]
-    assert tables["a"]["n"].tolist() == [2] and tables["a"]["final_mean"].iloc[0] == pytest.approx(5.1)
-    assert tables["b"]["n"].tolist() == [1] and tables["b"]["final_mean"].iloc[0] == pytest.approx(7.0)
+    assert tables["a"].rows["n"].tolist() == [2] and tables["a"].rows["final_mean"].iloc[0] == pytest.approx(5.1)
+    assert tables["b"].rows["n"].tolist() == [1] and tables["b"].rows["final_mean"].iloc[0] == pytest.approx(7.0)
 
 
 def test_seed_recorded_twice_counts_once(tmp_path):
-    write_run(tmp_path, seed=0, final=5.0, row_id="r1", variant="v1")
-    write_run(tmp_path, seed=0, final=6.0, row_id="r1", variant="v2", step=150, status="interrupted")
-    write_run(tmp_path, seed=1, final=5.5, row_id="r1", variant="v1")
-    write_run(tmp_path, seed=1, final=5.3, row_id="r1", variant="v2")
+    write_run(tmp_path, seed=0, test=5.0, variant="v1")
+    write_run(tmp_path, seed=0, test=6.0, variant="v2", step=150, status="interrupted")
+    write_run(tmp_path, seed=1, test=5.5, variant="v1")
+    write_run(tmp_path, seed=1, test=5.3, variant="v2")
     row = row_of(tmp_path, BASE)
     assert row["n"] == 2 and row["finished"] == 2
     assert row["final_mean"] == pytest.approx((5.0 + 5.3) / 2)  # completed beats interrupted; then the last path
-
-
-def test_warmup_columns_and_sensitivity(tmp_path):
-    for warmup, finals in [(0, [5.5, 5.7]), (100, [5.1, 5.1]), (500, [5.2, 5.4])]:
-        for seed, final in enumerate(finals):
-            write_run(tmp_path, BASE, seed=seed, final=final, warmup=warmup, row_id="a")
-    for warmup in (0, 100, 500):
-        for seed in range(2):
-            status = "diverged" if warmup == 0 else "completed"
-            write_run(tmp_path, "rms-pre-relu-matched", seed=seed, final=5.0, warmup=warmup, status=status, row_id="b")
-    t = table.build_tables(tmp_path)["quick"].set_index("label")
-    base = t.loc[BASE]
-    assert [base["final_wu0"], base["final_wu100"], base["final_wu500"]] == pytest.approx([5.6, 5.1, 5.3])
-    assert base["warmup_sensitivity"] == pytest.approx(0.5)
-    assert base["final_mean"] == pytest.approx(5.3) and base["n"] == 2  # the longest warm-up is the reference
-    assert base["diverged"] == 0 and base["finished"] == 6
-    rms = t.loc["rms-pre-relu-matched"]
-    assert math.isinf(rms["final_wu0"]) and math.isinf(rms["warmup_sensitivity"])
-    assert (rms["diverged"], rms["finished"]) == (2, 6)
-    shown = table.display(t.reset_index()).set_index("variant")
-    assert list(shown.columns)[5:8] == ["wu=0", "wu=100", "wu=500"]
-    assert shown.loc["rms-pre-relu-matched", ["wu=0", "warm-up sens.", "diverged"]].tolist() == ["div.", "∞", "2/6"]
-    assert shown.loc[BASE, "warm-up sens."] == "0.500"
-
-
-def test_single_warmup_has_no_sensitivity_column(tmp_path):
-    write_run(tmp_path, warmup=50)
-    shown = table.display(table.build_tables(tmp_path)["quick"])
-    assert "wu=50" in shown.columns and "warm-up sens." not in shown.columns
 
 
 @pytest.mark.parametrize(
@@ -203,16 +315,16 @@ def test_single_warmup_has_no_sensitivity_column(tmp_path):
 def test_default_baseline(tmp_path, rows, expected):
     for row in rows:
         write_run(tmp_path, row)
-    t = table.build_tables(tmp_path)["quick"]
-    assert t.loc[t["baseline"], "label"].tolist() == [expected]
+    assert built(tmp_path).baseline == expected
 
 
 def test_baseline_override(tmp_path):
-    write_run(tmp_path, BASE, final=5.0)
-    write_run(tmp_path, "layer-pre-swiglu-matched", final=4.8)
-    t = table.build_tables(tmp_path, baselines={"quick": "layer-pre-swiglu-matched"})["quick"].set_index("label")
-    assert t.loc["layer-pre-swiglu-matched", "baseline"] and not t.loc[BASE, "baseline"]
-    assert t.loc[BASE, "delta"] == pytest.approx(0.2)
+    write_run(tmp_path, BASE, test=5.0)
+    write_run(tmp_path, "layer-pre-swiglu-matched", test=4.8)
+    t = built(tmp_path, baselines={"quick": "layer-pre-swiglu-matched"})
+    rows = t.rows.set_index("label")
+    assert t.baseline == "layer-pre-swiglu-matched" and not rows.loc[BASE, "baseline"]
+    assert rows.loc[BASE, "delta"] == pytest.approx(0.2)
     with pytest.raises(ValueError, match="nope"):
         table.build_tables(tmp_path, baselines={"quick": "nope"})
     with pytest.raises(ValueError, match="other"):
@@ -220,15 +332,14 @@ def test_baseline_override(tmp_path):
 
 
 def test_row_order_and_label_clash(tmp_path):
-    rows = ["rms-pre-relu-matched", "layer-pre-swiglu-8_3d", "layer-post-relu-matched", "layer-pre-swiglu-matched"]
-    for row in rows:
+    for row in ["rms-pre-relu-matched", "layer-pre-swiglu-8_3d", "layer-post-relu-matched", "layer-pre-swiglu-matched"]:
         write_run(tmp_path, row)
-    write_run(tmp_path, BASE, row_id="aaaaaaa1")
-    write_run(tmp_path, BASE, row_id="bbbbbbb2")
-    labels = table.build_tables(tmp_path)["quick"]["label"].tolist()
+    write_run(tmp_path, BASE, extra={"model.d_model": 64})
+    write_run(tmp_path, BASE, extra={"model.d_model": 128})
+    labels = built(tmp_path).rows["label"].tolist()
     assert labels == [
-        f"{BASE}-aaaaaa", f"{BASE}-bbbbbb", "layer-pre-swiglu-matched", "layer-pre-swiglu-8_3d",
-        "layer-post-relu-matched", "rms-pre-relu-matched",
+        f"{BASE} (model.d_model=128)", f"{BASE} (model.d_model=64)", "layer-pre-swiglu-matched",
+        "layer-pre-swiglu-8_3d", "layer-post-relu-matched", "rms-pre-relu-matched",
     ]  # fmt: skip
 
 
@@ -236,8 +347,9 @@ def test_load_curves_reads_eval_records(tmp_path):
     run_dir = write_run(tmp_path, curve=[7.0, 6.0, 5.5])
     with (run_dir / "metrics.jsonl").open("a") as f:
         f.write('{"step": 20, "val_loss": 5.4, "val_bpb": 1.8, "tokens": 200}\n{"step": 30, "val_lo')
-    curves = table.load_curves([run_dir])
+    curves = load_curves([run_dir])
     assert curves["step"].tolist() == [0, 10, 20] and curves["val_loss"].tolist() == [7.0, 6.0, 5.4]
+    assert curves["tokens"].tolist() == [0, 100, 200]
 
 
 def write_sweep(results: Path) -> None:
@@ -252,33 +364,33 @@ def write_sweep(results: Path) -> None:
 
 def test_outputs_written_complete_and_deterministic(tmp_path):
     write_sweep(tmp_path)
-    runs = table.collect_runs(tmp_path)
-    tables = table.tables_for(runs)
-    written = table.write_outputs(tmp_path, tables, runs)
+    written = outputs.write_outputs(tmp_path, table.build_tables(tmp_path))
     names = sorted(p.name for paths in written.values() for p in paths)
-    exts = ["csv", "md", "tex"]
-    expected = [f"{e}.{x}" for e in ("other", "quick") for x in exts] + [f"{e}_{k}.png" for e in ("other", "quick")
-                                                                         for k in ("curves", "warmup")]  # fmt: skip
+    expected = [f"{e}.{x}" for e in ("other", "quick") for x in ("csv", "md", "tex")] + ["other_curves.png"]
+    expected += [f"quick_{k}.png" for k in ("curves", "warmup", "forest")]
     assert names == sorted(expected)
     md = (tmp_path / "tables" / "quick.md").read_text()
-    header, rows = md.splitlines()[0], [line for line in md.splitlines()[2:] if line.startswith("|")]
-    columns = ["variant", "params", "d_ff", "early log-ppl", "final log-ppl", "Δ vs baseline (95% CI)", "wu=0",
-               "wu=100", "warm-up sens.", "diverged", "tokens/s"]  # fmt: skip
+    header, rows = md.splitlines()[2], [line for line in md.splitlines()[4:] if line.startswith("|")]
+    columns = ["variant", "params", "non-emb. params", "d_ff", "FLOPs/token", "early log-ppl (step 37, 75.8k tok)",
+               "final test log-ppl", "Δ vs baseline (95% CI)", "p (Holm)", "mark", "wu=0", "wu=100",
+               "warm-up sens. (95% CI)", "epochs", "gen. gap", "diverged", "tokens/s"]  # fmt: skip
     assert header == "| " + " | ".join(columns) + " |"
     assert len(rows) == 3 and all(row.count("|") == len(columns) + 1 for row in rows)
-    assert "| layer-post-gelu-4d | 1,311,360 | 512 | — | div. | — | — | div. | — | 3/3 | — |" in rows
+    assert "| layer-post-gelu-4d | 1,311,360 | 786,432 | 512 | 7,000,000 | — | div. | — | — | not resolved | — | " \
+           "div. | — | — | — | 3/3 | — |" in rows
     tex = (tmp_path / "tables" / "quick.tex").read_text()
     assert all(cmd in tex for cmd in (r"\toprule", r"\midrule", r"\bottomrule", r"layer-post-gelu-4d", r"d\_ff"))
     csv = pd.read_csv(tmp_path / "tables" / "quick.csv")
-    assert {"final_mean", "final_std", "n", "final_bpb", "delta", "ci_low", "ci_high"} <= set(csv.columns)
+    assert {"final_mean", "final_std", "n", "final_bpb", "delta", "ci_low", "ci_high", "paired_low", "paired_high",
+            "welch_low", "welch_high", "p", "p_holm", "tost_p", "tost_p_holm", "mark"} <= set(csv.columns)
     before = {p: p.read_bytes() for paths in written.values() for p in paths}
-    table.write_outputs(tmp_path, table.build_tables(tmp_path), table.collect_runs(tmp_path))
+    outputs.write_outputs(tmp_path, table.build_tables(tmp_path))
     assert {p: p.read_bytes() for p in before} == before
 
 
 def make_table(*args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, str(ROOT / "scripts" / "make_table.py"), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=60)
+    cmd = [sys.executable, str(ROOT / "scripts" / "make_table.py"), "--no-wandb", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=120)
 
 
 def test_cli_without_results_prints_one_line(tmp_path):
@@ -288,15 +400,38 @@ def test_cli_without_results_prints_one_line(tmp_path):
     assert "Traceback" not in done.stderr
 
 
-def test_cli_writes_and_prints_tables(tmp_path):
+def test_cli_writes_and_prints_tables_and_rejects_bad_options(tmp_path):
     write_sweep(tmp_path)
     bad = write_run(tmp_path, "rms-post-relu-matched") / "summary.json"
     bad.write_text("{")
-    done = make_table("--results", str(tmp_path), "--baseline", "quick=rms-pre-swiglu-matched")
+    done = make_table("--results", str(tmp_path), "--baseline", "quick=rms-pre-swiglu-matched", "--margin", "0.05")
     assert done.returncode == 0, done.stderr
     assert "## other" in done.stdout and "## quick" in done.stdout and "| rms-pre-swiglu-matched |" in done.stdout
+    assert "within ±0.05 nats" in done.stdout
     assert str(bad) in done.stderr and "Traceback" not in done.stderr
     strict = make_table("--results", str(tmp_path), "--strict")
     assert strict.returncode == 1 and "Traceback" not in strict.stderr
     [line] = strict.stderr.strip().splitlines()
     assert line.startswith(f"error: {bad}: unreadable JSON")
+    tune = make_table("--results", str(tmp_path), "--tune", "optim.lrr")
+    [line] = tune.stderr.strip().splitlines()[-1:]
+    assert tune.returncode == 1 and line.startswith("error: --tune 'optim.lrr' is not a config key") and "optim.lr" in line
+
+
+def test_make_table_never_imports_torch(tmp_path):
+    """`make table` (its modules, its script, the W&B module) runs without loading torch."""
+    write_sweep(tmp_path)
+    code = (
+        "import importlib.util, sys\n"
+        "import mbexp.analysis.collect, mbexp.analysis.stats, mbexp.analysis.table, mbexp.analysis.render\n"
+        "import mbexp.analysis.figures, mbexp.analysis.outputs, mbexp.analysis.wandb_run\n"
+        f"spec = importlib.util.spec_from_file_location('make_table', {str(ROOT / 'scripts' / 'make_table.py')!r})\n"
+        "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)\n"
+        f"assert module.main(['--results', {str(tmp_path)!r}, '--no-wandb']) == 0\n"
+        "import wandb\n"
+        "print('torch' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "False"
+    assert (tmp_path / "tables" / "quick.md").exists()

@@ -35,9 +35,9 @@ def tokens(x) -> str:
 
 
 def _same(series: pd.Series):
-    """The one value of `series` (NaN ignored), or None when rows differ or it is missing."""
+    """The one value of `series` (rows without it, such as all-diverged ones, ignored), or None when rows differ."""
     values = series.dropna().unique()
-    return values[0] if len(values) == 1 and series.notna().all() else None
+    return values[0] if len(values) == 1 else None
 
 
 def display(table: Table) -> pd.DataFrame:

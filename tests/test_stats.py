@@ -1,0 +1,97 @@
+"""The table's statistics with hand-known numbers: Holm, TOST, marks, the t-intervals, choices, sensitivity."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as scipy_stats
+
+from mbexp.analysis import stats
+
+
+def seeds(*values: float, start: int = 0) -> pd.Series:
+    return pd.Series(values, index=range(start, start + len(values)), dtype=float)
+
+
+def t2_cdf(t: float) -> float:
+    """The t distribution with 2 degrees of freedom has a closed-form CDF."""
+    return 0.5 + t / (2 * math.sqrt(2 + t * t))
+
+
+def test_holm_by_hand():
+    adjusted = stats.holm([0.01, 0.04, 0.03, 0.005, math.nan])
+    # sorted 0.005·4 = 0.02, 0.01·3 = 0.03, 0.03·2 = 0.06, 0.04·1 = 0.04 -> kept monotone: 0.06
+    assert adjusted[:4] == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert math.isnan(adjusted[4])
+    assert stats.holm([0.6, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1
+
+
+def test_holm_on_the_ffn_reference_p_values():
+    """The seven raw p's of the committed FFN table: only Swish stays below 0.05 (GLU's 0.0086 becomes 0.051)."""
+    raw = [0.126867, 0.005079, 0.008563, 0.067091, 0.249418, 0.105275, 0.123155]
+    adjusted = stats.holm(raw)
+    assert adjusted[1] == pytest.approx(7 * 0.005079) and adjusted[2] == pytest.approx(6 * 0.008563)
+    assert adjusted[3] == pytest.approx(5 * 0.067091)
+    assert adjusted[[0, 4, 5, 6]] == pytest.approx([4 * 0.105275] * 4)
+    assert (np.asarray(adjusted) < 0.05).tolist() == [False, True, False, False, False, False, False]
+
+
+def test_paired_and_welch_intervals_match_scipy():
+    base, other = seeds(5.0, 5.3, 4.9, 5.1), seeds(4.8, 5.15, 4.75, 4.85)
+    ci = scipy_stats.ttest_rel(other, base).confidence_interval(0.95)
+    pair = stats.compare(other, base)
+    assert pair.method == "paired" and (pair.low, pair.high) == pytest.approx((ci.low, ci.high))
+    assert pair.p == pytest.approx(scipy_stats.ttest_rel(other, base).pvalue)
+    apart = seeds(4.6, 4.7, 4.9, 4.65, start=10)  # no shared seeds
+    w = stats.compare(apart, base)
+    test = scipy_stats.ttest_ind(apart, base, equal_var=False)
+    assert w.method == "welch" and (w.low, w.high) == pytest.approx(tuple(test.confidence_interval(0.95)))
+    assert w.p == pytest.approx(test.pvalue)
+    one_shared = stats.compare(seeds(4.6, 4.8, start=3), base)  # one shared seed: Welch over all
+    assert one_shared.method == "welch"
+    alone = stats.compare(seeds(4.6), base)
+    assert alone.method == "none" and alone.delta == pytest.approx(4.6 - 5.075) and math.isnan(alone.low)
+
+
+def test_tost_by_hand():
+    """Paired differences 0.01, 0.00, 0.02: mean 0.01, sd 0.01, se 0.01/√3, 2 degrees of freedom."""
+    iv = stats.compare(seeds(5.01, 5.00, 5.02), seeds(5.0, 5.0, 5.0))
+    assert (iv.delta, iv.se, iv.df) == pytest.approx((0.01, 0.01 / math.sqrt(3), 2))
+    # margin 0.02: the upper test's t = (0.01 − 0.02)/se = −√3 decides, p = F₂(−√3) = 0.113 -> not equivalent
+    assert stats.tost(iv, 0.02) == pytest.approx(t2_cdf(-math.sqrt(3)))
+    assert stats.tost(iv, 0.02) == pytest.approx(0.1127, abs=1e-4)
+    # margin 0.05: t = −0.04/se = −4√3, p = F₂(−4√3) = 0.0101 -> equivalent at 0.05
+    assert stats.tost(iv, 0.05) == pytest.approx(t2_cdf(-4 * math.sqrt(3)))
+    assert stats.mark(iv.delta, 1.0, stats.tost(iv, 0.05)) == "equivalent"
+    assert stats.mark(iv.delta, 1.0, stats.tost(iv, 0.02)) == "not resolved"
+    assert math.isnan(stats.tost(stats.Interval(0.01), 0.02))
+
+
+def test_marks():
+    assert stats.mark(-0.1, 0.01, 1.0) == "better"
+    assert stats.mark(+0.1, 0.049, 1.0) == "worse"
+    assert stats.mark(+0.1, 0.05, 0.01) == "equivalent"  # not significant, but inside the margin
+    assert stats.mark(+0.1, 0.3, 0.2) == "not resolved"
+    assert stats.mark(math.nan, math.nan, math.nan) == "not resolved"  # no interval: nothing resolved
+
+
+def test_choose_lowest_mean_first_on_ties():
+    assert stats.choose({1e-3: 5.2, 3e-3: 5.1, 1e-2: math.inf}) == 3e-3
+    assert stats.choose({1e-3: 5.1, 3e-3: 5.1}) == 1e-3
+    assert stats.choose({1e-3: math.inf, 3e-3: math.nan}) is None
+
+
+def test_sensitivity_by_hand():
+    """Smallest warm-up minus the one best on validation, on the reported split, paired over seeds."""
+    val = {0: seeds(5.6, 5.7), 100: seeds(5.1, 5.2), 500: seeds(5.3, 5.3)}
+    report = {0: seeds(5.5, 5.7), 100: seeds(5.1, 5.2), 500: seeds(4.0, 4.0)}  # 500 is test-best, 100 val-best
+    s = stats.sensitivity(val, report)
+    # differences 0.4, 0.5: mean 0.45, se 0.05, t(0.975, 1 df) = 12.706
+    assert s.delta == pytest.approx(0.45)
+    assert (s.low, s.high) == pytest.approx((0.45 - 12.706 * 0.05, 0.45 + 12.706 * 0.05), abs=1e-3)
+    same = stats.sensitivity({0: seeds(5.0, 5.1), 100: seeds(5.2, 5.3)}, {0: seeds(5.0, 5.1), 100: seeds(5.2, 5.3)})
+    assert (same.delta, same.low, same.high) == (0.0, 0.0, 0.0)  # the smallest is the best
+    diverged = stats.sensitivity({0: seeds(), 100: seeds(5.0, 5.1)}, {0: seeds(), 100: seeds(5.0, 5.1)})
+    assert math.isinf(diverged.delta)
+    assert math.isnan(stats.sensitivity({0: seeds(5.0)}, {0: seeds(5.0)}).delta)  # one setting
