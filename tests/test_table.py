@@ -57,7 +57,8 @@ def write_run(
     if not legacy:
         summary |= {
             "identity": identity, "flops_per_token": 7_000_000, "early_tokens": 37 * 2048,
-            "final_test_loss": test if done else None, "final_test_bpb": test / 3 if test is not None and done else None,
+            "final_test_loss": test if done else None,
+            "final_test_bpb": test / 3 if test is not None and done else None,
             "final_train_loss": final - 0.1 if done else None, "generalization_gap": -0.1 if done else None,
             "train_tokens": 250_000, "epochs": steps * 2048 / 250_000, "tokens_per_s_median": 9000.0 + seed,
         }  # fmt: skip
@@ -99,7 +100,8 @@ def test_mean_and_sample_std_of_the_test_loss(tmp_path):
 
 
 def test_paired_interval_holm_and_marks(tmp_path):
-    base, better, noisy, close = [5.0, 5.3, 4.9, 5.1], [4.8, 5.15, 4.75, 4.85], [5.1, 5.1, 4.9, 5.0], [5.0, 5.3, 4.9, 5.1]
+    base, better, noisy = [5.0, 5.3, 4.9, 5.1], [4.8, 5.15, 4.75, 4.85], [5.1, 5.1, 4.9, 5.0]
+    close = list(base)
     rows = {"layer-pre-swiglu-matched": better, "layer-pre-gelu-matched": noisy, "layer-pre-geglu-matched": close}
     for seed in range(4):
         write_run(tmp_path, BASE, seed=seed, final=base[seed], test=base[seed])
@@ -159,7 +161,7 @@ def test_lr_chosen_on_validation_reported_on_test(tmp_path):
     assert rows.loc["layer-pre-gelu-matched", "delta"] == pytest.approx((5.1 + 5.12) / 2 - 5.305)
     assert (rows.loc[BASE, "diverged"], rows.loc[BASE, "finished"]) == (2, 6)
     cells = shown(t)
-    assert cells.loc[BASE, "lr (tried)"] == "0.001 (3)" and cells.loc["layer-pre-gelu-matched", "lr (tried)"] == "0.003 (2)"
+    assert cells["lr (tried)"].tolist() == ["0.001 (3)", "0.003 (2)"]
     assert "chosen on validation, reported on test" in render.legend(t)
     assert sorted(figures.figures(t)) == ["curves", "forest", "lr_tuned"]
 
@@ -415,7 +417,7 @@ def test_cli_writes_and_prints_tables_and_rejects_bad_options(tmp_path):
     assert line.startswith(f"error: {bad}: unreadable JSON")
     tune = make_table("--results", str(tmp_path), "--tune", "optim.lrr")
     [line] = tune.stderr.strip().splitlines()[-1:]
-    assert tune.returncode == 1 and line.startswith("error: --tune 'optim.lrr' is not a config key") and "optim.lr" in line
+    assert tune.returncode == 1 and line.startswith("error: --tune 'optim.lrr' is not a config key")
 
 
 def test_make_table_never_imports_torch(tmp_path):
