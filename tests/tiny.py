@@ -1,4 +1,4 @@
-"""Shared settings for tests that train: a model and budget small enough for seconds on a CPU."""
+"""Shared settings for tests that train: the smoke experiment (seconds on a CPU) in a test's own folders."""
 
 import json
 import os
@@ -8,17 +8,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
-TINY = [
-    "model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.seq_len=32",
-    "data.vocab_size=512", "data.val_windows=16",
-    "train.batch_size=8", "train.steps=30", "train.eval_every=10", "train.log_every=5",
-    "train.checkpoint_every=10", "train.progress=false", "optim.warmup_steps=5", "precision=fp32",
-]
+SMOKE = ["+experiment=smoke"]  # conf/experiment/smoke.yaml: the model and budget users run as a smoke test
 
 
 def overrides(tmp: Path, cache: Path, *extra: str, logger: str = "none") -> list[str]:
-    """TINY plus the folders of one test: results under tmp, the shared token cache."""
-    return [*TINY, f"results_dir={tmp}/results", f"data.cache_dir={cache}", f"logger={logger}",
+    """SMOKE plus the folders of one test: results under tmp, the shared token cache."""
+    return [*SMOKE, f"results_dir={tmp}/results", f"data.cache_dir={cache}", f"logger={logger}",
             f"logger.dir={tmp}" if logger == "wandb" else "", *extra]
 
 
