@@ -32,6 +32,7 @@ def by_ffn(results: Path) -> dict[str, dict]:
     return {s["axes"]["ffn"]: s for s in summaries(results)}
 
 
+@pytest.mark.slow
 def test_joblib_sweep_gives_completed_runs_and_one_wandb_run_each(joblib_sweep):
     runs = by_ffn(joblib_sweep / "results")
     assert set(runs) == {"relu", "swiglu"} and {s["status"] for s in runs.values()} == {"completed"}
@@ -41,6 +42,7 @@ def test_joblib_sweep_gives_completed_runs_and_one_wandb_run_each(joblib_sweep):
     assert all(w["exit_code"] == 0 and any("val_loss" in h for h in w["history"]) for w in wandb_runs)
 
 
+@pytest.mark.slow
 def test_submitit_local_sweep_survives_preemption(tmp_path, cache, joblib_sweep):
     args = ["-m", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10",
             f"hydra.sweep.dir={tmp_path}/multirun", *overrides(tmp_path, cache, *SWEEP)]
@@ -71,6 +73,7 @@ def test_submitit_local_sweep_survives_preemption(tmp_path, cache, joblib_sweep)
         assert submitit_runs[ffn]["final_val_loss"] == pytest.approx(joblib_runs[ffn]["final_val_loss"], abs=1e-3)
 
 
+@pytest.mark.slow
 def test_two_process_gloo_ddp_follows_the_single_process_run(tmp_path, cache):
     args = clean(overrides(tmp_path / "ddp", cache, "train.batch_size=8", "train.log_every=1", logger="wandb"))
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "mbexp.train",

@@ -40,6 +40,7 @@ def the_run_dir(tmp: Path, cache: Path, *extra: str) -> Path:
     return run_dir(to_object(compose_config(clean(overrides(tmp, cache, *extra)))))
 
 
+@pytest.mark.slow
 def test_sigkill_then_same_command_resumes_to_identical_results(tmp_path, cache):
     reference, ref_dir = None, the_run_dir(tmp_path / "ref", cache, *SLOW)
     reference = train(compose_config(clean(overrides(tmp_path / "ref", cache, *SLOW))))
@@ -61,6 +62,7 @@ def test_sigkill_then_same_command_resumes_to_identical_results(tmp_path, cache)
     assert offline_runs(tmp_path / "killed")[-1]["id"] == summary["wandb_id"]
 
 
+@pytest.mark.slow
 def test_sweep_killed_in_second_job_skips_first_resumes_second_runs_third(tmp_path, cache):
     args = ["-m", "seed=0,1,2", *overrides(tmp_path, cache, *SLOW)]
     runs = tmp_path / "results" / "runs" / "default"
@@ -85,6 +87,7 @@ def test_sweep_killed_in_second_job_skips_first_resumes_second_runs_third(tmp_pa
     assert "(3)" in row and "0/3" in row
 
 
+@pytest.mark.slow
 def test_two_processes_on_one_run_exactly_one_trains(tmp_path, cache):
     args = overrides(tmp_path, cache, "train.steps=150", "train.eval_every=50")
     procs = [popen_train(args) for _ in range(2)]

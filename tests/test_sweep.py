@@ -5,6 +5,7 @@ from tiny import clean, mbexp_train, overrides, summaries
 from wandb_files import offline_runs
 
 
+@pytest.mark.slow
 def test_users_exact_command_gives_three_runs_and_three_wandb_runs_in_one_group(tmp_path, cache):
     budget = clean(overrides(tmp_path, cache, logger="wandb"))
     proc = mbexp_train(["norm=rms", "ffn=swiglu", "-m", "seed=0,1,2", *budget])
@@ -22,6 +23,7 @@ def test_users_exact_command_gives_three_runs_and_three_wandb_runs_in_one_group(
     assert all(w["exit_code"] == 0 for w in wandb_runs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["first", "last", "--multirun", "budget-after"])
 def test_multirun_flag_anywhere(tmp_path, cache, where):
     budget = clean(overrides(tmp_path, cache, "train.steps=10"))

@@ -14,6 +14,9 @@ COLUMNS = ["variant", "params", "d_ff", "early log-ppl", "final log-ppl", "Δ vs
            "warm-up sens.", "diverged", "tokens/s"]
 
 
+pytestmark = pytest.mark.slow  # real sweeps and `make` subprocesses: `make test-fast` leaves this module out
+
+
 def make(*args: str, **kw) -> subprocess.CompletedProcess:
     """`make ARGS` with this interpreter, the install step taken as done."""
     return subprocess.run(["make", "-s", "-o", ".venv/.installed", *args, f"BIN={Path(sys.executable).parent}"],

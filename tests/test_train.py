@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from tiny import REPO, clean, losses, metrics, overrides
 from wandb_files import offline_runs
 
@@ -103,6 +104,7 @@ def test_wandb_offline_run_read_back_from_disk(tmp_path, cache):
     assert val_rows[-1]["val_loss"] == summary["final_val_loss"]
 
 
+@pytest.mark.slow
 def test_absurd_lr_diverges_and_the_sweep_goes_on(tmp_path, cache):
     proc = subprocess.run(
         [sys.executable, "-m", "mbexp.train", "-m", "optim.lr=1000,0.003", *clean(overrides(tmp_path, cache))],
@@ -119,6 +121,7 @@ def test_absurd_lr_diverges_and_the_sweep_goes_on(tmp_path, cache):
     assert by_lr["0.003"]["status"] == "completed"
 
 
+@pytest.mark.slow
 def test_sigint_leaves_metrics_a_non_completed_summary_and_a_finished_wandb_run(tmp_path, cache):
     args = clean(overrides(tmp_path, cache, "train.steps=100000", "train.checkpoint_every=50", logger="wandb"))
     proc = subprocess.Popen([sys.executable, "-m", "mbexp.train", *args], cwd=REPO, stdout=subprocess.PIPE,
