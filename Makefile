@@ -33,8 +33,8 @@ quickstart: install ## set up, run the quickstart sweep on the embedded corpus, 
 	$(BIN)/python -m mbexp.train -m +experiment=quickstart
 	$(BIN)/python scripts/make_table.py --results $(RESULTS) --only quickstart
 
-table: install ## results/runs/**/summary.json -> results/tables/*.{md,csv,tex} + results/figures/*.png
-	$(BIN)/python scripts/make_table.py --results $(RESULTS)
+table: install ## results/runs -> results/tables/*.{md,csv,tex}, results/figures/*.png, a W&B run (TUNE=key MARGIN=nats)
+	$(BIN)/python scripts/make_table.py --results $(RESULTS) $(if $(TUNE),--tune $(TUNE)) $(if $(MARGIN),--margin $(MARGIN))
 
 data: install ## prepare the default corpus and print its statistics
 	$(BIN)/python -m mbexp.data
