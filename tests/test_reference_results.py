@@ -4,6 +4,7 @@ import filecmp
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from tiny import REPO
@@ -19,16 +20,26 @@ def test_grad_at_init_reproduces_its_committed_table_and_figure(tmp_path):
         assert filecmp.cmp(tmp_path / name, RESULTS / name, shallow=False), name
 
 
+def committed(folder: str) -> list[Path]:
+    """The files git tracks under results/<folder> (runs of sweeps still in progress are not the reference)."""
+    out = subprocess.run(["git", "ls-files", "-z", f"results/{folder}"], cwd=REPO, capture_output=True, check=True)
+    return [REPO / name for name in out.stdout.decode().split("\0") if name]
+
+
 def test_make_table_regenerates_the_committed_tables(tmp_path):
-    committed = sorted((RESULTS / "tables").glob("*"))
-    if not committed:
+    tables = committed("tables")
+    if not tables:
         pytest.fail("no committed tables under results/tables")
-    shutil.copytree(RESULTS / "runs", tmp_path / "runs")
-    proc = subprocess.run([sys.executable, "scripts/make_table.py", "--results", str(tmp_path)], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+    for path in committed("runs"):
+        copy = tmp_path / path.relative_to(RESULTS)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, copy)
+    proc = subprocess.run([sys.executable, "scripts/make_table.py", "--results", str(tmp_path), "--no-wandb"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    for path in committed + sorted((RESULTS / "figures").glob("*_*.png")):
-        if path.name.startswith("grad_at_init"):
-            continue
-        regenerated = tmp_path / path.parent.name / path.name
-        assert filecmp.cmp(regenerated, path, shallow=False), f"{path.relative_to(REPO)} differs when regenerated"
+    figures = [p for p in committed("figures") if not p.name.startswith("grad_at_init")]
+    regenerated = sorted(p.name for folder in ("tables", "figures") for p in (tmp_path / folder).iterdir())
+    assert regenerated == sorted(p.name for p in tables + figures), "not the set of outputs make table writes"
+    for path in tables + figures:
+        again = tmp_path / path.parent.name / path.name
+        assert filecmp.cmp(again, path, shallow=False), f"{path.relative_to(REPO)} differs when regenerated"
