@@ -437,3 +437,26 @@ def test_make_table_never_imports_torch(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "False"
     assert (tmp_path / "tables" / "quick.md").exists()
+
+
+def test_tuned_warmup_cells_and_all_diverged(tmp_path):
+    """LR tuned per warm-up cell on validation; a cell where every LR diverged reads div., its tuned value —."""
+    for seed in range(2):
+        for warmup, lr, final, test in [(0, 1e-3, 5.5, 5.6), (0, 1e-2, 5.4, 5.9), (100, 1e-3, 5.2, 5.1),
+                                        (100, 1e-2, 5.3, 5.0)]:
+            write_run(tmp_path, BASE, seed=seed, warmup=warmup, lr=lr, final=final + seed / 100, test=test)
+        for warmup, lr in [(0, 1e-3), (0, 1e-2), (100, 1e-3), (100, 1e-2)]:
+            write_run(tmp_path, "layer-post-relu-matched", seed=seed, warmup=warmup, lr=lr, status="diverged")
+    t = built(tmp_path)
+    assert (t.tuned, t.column, t.reference) == ("optim.lr", "optim.warmup_steps", 100)
+    rows = t.rows.set_index("label")
+    assert rows.loc[BASE, "tuned"] == 1e-3 and rows.loc[BASE, "final_mean"] == pytest.approx(5.1)
+    assert rows.loc[BASE, "wu=0"] == pytest.approx(5.9)  # wu=0 chose 1e-2 on validation: its test loss
+    assert rows.loc[BASE, "sensitivity"] == pytest.approx(0.8)  # 5.9 at wu=0 minus 5.1 at the val-best wu=100
+    post = rows.loc["layer-post-relu-matched"]
+    assert pd.isna(post["tuned"]) and math.isinf(post["wu=0"]) and math.isinf(post["final_mean"])
+    cells = shown(t)
+    assert cells.loc["layer-post-relu-matched", ["lr (tried)", "final test log-ppl", "wu=100"]].tolist() == \
+        ["— (2)", "div.", "div."]
+    assert sorted(figures.figures(t)) == ["curves", "forest", "lr_tuned", "warmup"]
+    outputs.write_outputs(tmp_path, {"quick": t})

@@ -45,7 +45,7 @@ def display(table: Table) -> pd.DataFrame:
     rows = table.rows
     cols = {"variant": rows["label"]}
     if table.tuned:
-        cols[f"{short(table.tuned)} (tried)"] = [f"{setting(v)} ({int(n)})" if v is not None else f"— ({int(n)})"
+        cols[f"{short(table.tuned)} (tried)"] = [f"{setting(v)} ({int(n)})" if pd.notna(v) else f"— ({int(n)})"
                                                  for v, n in zip(rows["tuned"], rows["tried"])]
     cols |= {
         "params": rows["params"].map(lambda p: fmt(p, ",.0f")),

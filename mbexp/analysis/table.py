@@ -149,13 +149,14 @@ def _mean(runs: pd.DataFrame, key: str) -> float:
 
 
 def _chosen(runs: pd.DataFrame) -> pd.Series:
-    """Whether each run has its (row, column value)'s tuned value chosen on validation."""
+    """Whether each run has its (row, column value)'s tuned value chosen on validation (all, if all diverged)."""
     chosen = pd.Series(True, index=runs.index)
     if runs["_tv"].isna().all():
         return chosen
     for _, cell in runs.groupby(["label", "_col"], dropna=False):
         best = stats.choose(_val_means(cell))
-        chosen[cell.index] = cell["_tv"] == best
+        if best is not None:
+            chosen[cell.index] = cell["_tv"] == best
     return chosen
 
 
@@ -175,7 +176,7 @@ def _row_stats(table: Table, runs: pd.DataFrame) -> dict:
     row = {
         "label": first["label"], "experiment": first["experiment"], "row": first["row"],
         **{axis: first[axis] for axis in AXES},
-        "tuned": at["_tv"].iloc[0] if table.tuned and len(at) and at["chosen"].any() else None,
+        "tuned": done["_tv"].iloc[0] if table.tuned and len(done) else None,
         "tried": ref_runs["_tv"].nunique() if table.tuned else None,
         **{key: _first(at if len(at) else runs, key) for key in
            ("params", "params_non_embedding", "d_ff", "flops_per_token", "early_step")},
@@ -198,9 +199,9 @@ def _row_stats(table: Table, runs: pd.DataFrame) -> dict:
         row[f"{short(table.column)}={setting(value)}"] = _mean(cell, table.report)
         row[f"{short(table.column)}={setting(value)} n"] = int((cell["status"] == "completed").sum())
     if table.column in SENSITIVITY_AXES and len(table.columns) > 1:
-        val = {v: _per_seed(runs[runs["_col"] == v], "final_val_loss") for v in table.columns}
-        report = {v: _per_seed(runs[(runs["_col"] == v) & runs["chosen"]], table.report) for v in table.columns}
-        sens = stats.sensitivity({v: s for v, s in val.items() if v in set(runs["_col"])}, report)
+        cells = {v: runs[(runs["_col"] == v) & runs["chosen"]] for v in table.columns if (runs["_col"] == v).any()}
+        sens = stats.sensitivity({v: _per_seed(c, "final_val_loss") for v, c in cells.items()},
+                                 {v: _per_seed(c, table.report) for v, c in cells.items()})
         row |= {"sensitivity": sens.delta, "sensitivity_low": sens.low, "sensitivity_high": sens.high}
     row["_losses"] = _per_seed(at, table.report)
     return row
