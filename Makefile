@@ -6,12 +6,18 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 RESULTS ?= results
+PY ?= 3.12
+WHEELHOUSE ?= wheelhouse
+# the interpreter that builds the wheelhouse: python$(PY) on PATH, else a pyenv one (PYTHON_WHEELS=... to choose)
+PYTHON_WHEELS ?= $(shell for p in python$(PY) $(HOME)/.pyenv/versions/$(PY)*/bin/python$(PY); do \
+                   $$p -c 'import sys' 2>/dev/null && { echo $$p; break; }; done)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test lint quickstart table data bench grad-at-init clean clean-runs
+.PHONY: help install test test-fast lint quickstart table data bench gpu-check wheelhouse check-wheelhouse \
+        grad-at-init clean clean-runs
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +31,9 @@ install: $(STAMP) ## create .venv with torch (TORCH=... to choose), the package 
 
 test: install ## run the whole test suite
 	$(BIN)/python -m pytest -q
+
+test-fast: install ## the test suite without the tests marked slow (real sweeps, multi-process runs)
+	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: install ## ruff check of the package, scripts and tests
 	$(BIN)/ruff check mbexp scripts tests
@@ -42,6 +51,24 @@ data: install ## prepare the default corpus and print its statistics
 bench: install ## measure peak FLOP/s, trainer vs bare-loop throughput, precisions, variants
 	$(BIN)/python scripts/bench.py
 
+gpu-check: install ## on a CUDA machine: tests, bench, 200 steps of each GPU preset -> results/bench/cuda.json
+	$(BIN)/python scripts/gpu_check.py
+
+wheelhouse: ## wheels of every dependency but torch, for Python PY=3.12, in wheelhouse/py3.12 (offline GPU nodes)
+	@test -n "$(PYTHON_WHEELS)" || { echo "make wheelhouse: no python$(PY) found; install one or set PYTHON_WHEELS=" >&2; exit 2; }
+	rm -rf $(WHEELHOUSE)/py$(PY) && mkdir -p $(WHEELHOUSE)/py$(PY)
+	@# the requirements of the package and its dev extra, less torch (the node has its own CUDA build),
+	@# plus setuptools, which an offline `pip install -e .` needs to build the package itself
+	$(PYTHON_WHEELS) -c 'import re, tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
+	  reqs = p["dependencies"] + p["optional-dependencies"]["dev"] + ["setuptools>=68"]; \
+	  print("\n".join(r for r in reqs if not re.match(r"torch\b", r)))' > $(WHEELHOUSE)/py$(PY)/requirements.txt
+	$(PYTHON_WHEELS) -m pip wheel -q -w $(WHEELHOUSE)/py$(PY) -r $(WHEELHOUSE)/py$(PY)/requirements.txt
+	@! ls $(WHEELHOUSE)/py$(PY) | grep -E '^(torch|triton|nvidia)' || { echo "torch came in as a dependency" >&2; exit 1; }
+	@echo "$(WHEELHOUSE)/py$(PY): $$(ls $(WHEELHOUSE)/py$(PY)/*.whl | wc -l) wheels, $$(du -sh $(WHEELHOUSE)/py$(PY) | cut -f1)"
+
+check-wheelhouse: ## (needs PyPI) fresh PY venv + torch, offline install from the wheelhouse, a 2-step run
+	PY=$(PY) WHEELHOUSE=$(WHEELHOUSE) PYTHON_WHEELS=$(PYTHON_WHEELS) TORCH="$(TORCH)" scripts/check_wheelhouse.sh
+
 grad-at-init: install ## per-layer gradient norms at initialisation, Pre-LN vs Post-LN
 	$(BIN)/python scripts/grad_at_init.py
 
@@ -49,5 +76,5 @@ clean-runs: ## delete checkpoints and locks under results/runs, keeping summarie
 	find results/runs \( -name 'checkpoint*.pt' -o -name '.lock' -o -name '.*.tmp' \) -delete 2>/dev/null || true
 
 clean: ## remove the venv, caches and Hydra/W&B scratch (not results/runs)
-	rm -rf $(VENV) .pytest_cache .ruff_cache data_cache wandb results/hydra *.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache data_cache wandb results/hydra *.egg-info $(WHEELHOUSE)
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
