@@ -186,11 +186,6 @@ def documents(name: str, *, path: str | None = None, max_docs: int | None = None
     return docs[:max_docs] if max_docs else docs
 
 
-def load_documents(name: str, *, path: str | None = None, max_docs: int | None = None) -> list[str]:
-    """The documents of corpus `name`, in a fixed order, as one list."""
-    return list(documents(name, path=path, max_docs=max_docs))
-
-
 def split_of(doc: str, val_fraction: float, test_fraction: float = 0.0) -> str:
     """The split ('train', 'val' or 'test') of one document, decided by its content hash, so identical
     documents always land on the same side. A hash below val_fraction is validation, the next
