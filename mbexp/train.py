@@ -4,20 +4,24 @@ Stock Hydra stops reading overrides at `-m`; here `-m`/`--multirun` may stand an
 """
 
 import logging
+import os
 import sys
 
 import hydra
+from hydra.errors import CompactHydraException, HydraException
 from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
 
 from mbexp import distributed
-from mbexp.config import CONF_DIR, ConfigError, register
+from mbexp.config import CONF_DIR, ConfigError, register, to_object
 from mbexp.corpus import CorpusError
-from mbexp.trainer import train
+from mbexp.io import read_summary
+from mbexp.runs import run_dir
+from mbexp.trainer import resolve_device, train
 
 log = logging.getLogger("mbexp")
 MULTIRUN_FLAGS = ("-m", "--multirun")
-GROUPS = ("norm", "placement", "ffn", "hidden", "model", "data", "optim", "logger", "experiment")
-failures: list[str] = []
+GROUPS = ("norm", "placement", "ffn", "hidden", "model", "data", "optim", "logger", "experiment", "arch")
 
 
 def normalize_argv(argv: list[str]) -> list[str]:
@@ -27,9 +31,12 @@ def normalize_argv(argv: list[str]) -> list[str]:
 
 
 def check_group_choices(args: list[str]) -> None:
-    """Fail fast, before any job runs, on an unknown option of a config group (also inside a sweep list)."""
+    """Fail fast, before any job runs, on an unknown option of a config group (also inside a sweep list)
+    and on device=cuda without CUDA."""
     for arg in args:
         key, sep, value = arg.lstrip("+~").partition("=")
+        if key == "device" and "cuda" in value.split(","):
+            resolve_device("cuda")
         if not sep or key not in GROUPS or value.startswith(("choice(", "range(", "glob(")):
             continue
         valid = sorted(p.stem for p in (CONF_DIR / key).glob("*.yaml"))
@@ -38,17 +45,36 @@ def check_group_choices(args: list[str]) -> None:
                 raise ConfigError(f"{key}={choice!r} is not valid; choose one of: {', '.join(valid)}")
 
 
+class JobFailed(CompactHydraException):
+    """A failed run. Hydra hands it back to the launching process under every launcher (pickled from
+    joblib's and submitit's workers), after the sweep's other runs; `code` becomes the exit code."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message, code)
+        self.code = code
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+def _failure(cfg: DictConfig, exc: Exception) -> str:
+    """What failed, and where to look: the run's summary.json only if this failure was written there."""
+    directory, error = run_dir(to_object(cfg)), f"{type(exc).__name__}: {exc}"
+    summary = read_summary(directory) or {}
+    if summary.get("status") == "failed" and summary.get("error") == error:
+        return f"run {directory} failed ({error}); see its summary.json and the log"
+    return f"run {directory} failed before it wrote any run file ({error}); see the log"
+
+
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def _job(cfg: DictConfig) -> float | None:
     try:
         summary = train(cfg)
     except (ConfigError, CorpusError) as exc:  # the user's input: one clear line, no traceback
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
-    except Exception:
-        log.exception("run failed (recorded in its summary.json); going on with the sweep")
-        failures.append(str(cfg.get("seed")))
-        return None
+        raise JobFailed(str(exc), code=2) from None
+    except Exception as exc:
+        log.exception("run failed")
+        raise JobFailed(_failure(cfg, exc)) from None
     return summary.get("final_val_loss")
 
 
@@ -60,16 +86,23 @@ def main() -> None:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
     register()
+    # Hydra then raises a job's exception here instead of printing it and exiting 1 itself, so the
+    # exit code can say what failed (2: the input, 1: a run) whichever launcher ran the job
+    os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
         _job()
+    except JobFailed as exc:
+        more = "; the sweep ran its other runs (any other failure is in the log)" if "--multirun" in sys.argv else ""
+        print(f"error: {exc}{more}", file=sys.stderr)
+        sys.exit(exc.code)
+    except (HydraException, OmegaConfBaseException) as exc:  # an override Hydra cannot apply
+        print(f"error: {str(exc).strip()}", file=sys.stderr)
+        sys.exit(2)
     except KeyboardInterrupt:
         print("interrupted: the runs' checkpoints are kept; rerun the same command to resume", file=sys.stderr)
         sys.exit(130)
     finally:
         distributed.shutdown()
-    if failures:
-        print(f"error: {len(failures)} run(s) failed; see their summary.json and the log above", file=sys.stderr)
-        sys.exit(1)
 
 
 if __name__ == "__main__":

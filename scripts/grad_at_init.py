@@ -1,10 +1,11 @@
-"""Gradient norms of each layer's weights at initialisation, Pre-LN vs Post-LN (Xiong et al. 2020, §3).
+"""Gradient norms of each layer's weights at initialisation, per placement (Xiong et al. 2020, §3).
 
 Xiong et al. show that at initialisation the gradient of the FFN weights in a Post-LN
 Transformer grows with the layer index (largest next to the output), while in a Pre-LN
 Transformer it stays flat across layers; that is why Post-LN needs learning-rate warm-up.
-This script measures the same quantity on the mbexp model, under mbexp's own GPT-2 init
-and under Xiong et al.'s Xavier init: the LM loss on real validation windows of big.txt,
+This script measures the same quantity on the mbexp model for every placement (Pre, Post,
+Peri-LN, output norm, DeepNorm), under mbexp's own GPT-2 init and under Xiong et al.'s
+Xavier init (DeepNorm keeps its own Xavier gains under both): the LM loss on real validation windows of big.txt,
 one backward pass, the Frobenius norm of each FFN weight's gradient, averaged over seeds.
 Writes results/grad_at_init/grad_at_init.{csv,md} and results/figures/grad_at_init.png.
 
@@ -22,7 +23,7 @@ from matplotlib.figure import Figure
 from mbexp.config import compose_config, model_spec, to_object
 from mbexp.data import Batches, prepare
 from mbexp.io import write_text
-from mbexp.model import DecoderLM
+from mbexp.model import PLACEMENTS, DecoderLM, deepnorm_init_
 
 matplotlib.use("Agg")
 WEIGHTS = {"ffn.w": "FFN W1", "ffn.w2": "FFN W2"}
@@ -36,6 +37,9 @@ def xavier_init(model: DecoderLM) -> None:
         if isinstance(module, torch.nn.Linear):
             torch.nn.init.xavier_normal_(module.weight)
     torch.nn.init.normal_(model.tok_emb.weight, std=1.0)
+    if model.spec.placement == "deepnorm":  # DeepNet's own init is Xavier, with its gains
+        for block in model.blocks:
+            deepnorm_init_(block, model.spec.n_layers)
 
 
 def grad_norms(placement: str, init: str, *, layers: int, seed: int, batch, cfg) -> list[dict]:
@@ -72,7 +76,7 @@ def main() -> None:
     data = prepare(cfg.data, seq_len=cfg.model.seq_len)
     batches = Batches(data, seq_len=cfg.model.seq_len, batch_size=16, seed=0, val_windows=16)
     batch = next(batches.val_batches(16))  # real text: the first 16 fixed validation windows
-    rows = [r for init in INITS for placement in ("pre", "post") for seed in range(args.seeds)
+    rows = [r for init in INITS for placement in PLACEMENTS for seed in range(args.seeds)
             for r in grad_norms(placement, init, layers=args.layers, seed=seed, batch=batch, cfg=cfg)]
     table = pd.DataFrame(rows)
     table = table[table.weight.isin(["FFN W1", "FFN W2"])]
@@ -84,15 +88,16 @@ def main() -> None:
     note = (f"Gradient norm ||dL/dW||_F of the FFN weights at initialisation per layer (1 = nearest the input), "
             f"mean of {args.seeds} seeds; model=tiny with {args.layers} layers, LayerNorm, ReLU FFN, 16 validation "
             "windows of big.txt. mbexp: the trainer's GPT-2 init (std 0.02, tied head); xavier: Xiong et al.'s "
-            "setting (Xavier-normal, unit-variance embeddings, untied head).\n")
+            "setting (Xavier-normal, unit-variance embeddings, untied head); DeepNorm keeps its Xavier gains under "
+            "both.\n")
     markdown = note + "\n" + markdown_table(table) + "\n"
     write_text(out_dir / "grad_at_init.md", markdown)
     print(markdown)
     figure_path = args.out / "figures" / "grad_at_init.png"
     figure_path.parent.mkdir(parents=True, exist_ok=True)
-    fig = Figure(figsize=(10, 3.8))
+    fig = Figure(figsize=(11, 4.2))
     for ax, init in zip(fig.subplots(1, 2), INITS):
-        for placement, style in (("pre", "o-"), ("post", "s--")):
+        for placement, style in zip(PLACEMENTS, ("o-", "s--", "^-", "v-.", "d:")):
             values = table[f"{init} {placement}-LN FFN W2"]
             ax.plot(values.index, values.values, style, label=f"{placement}-LN")
         ax.set(title=f"FFN W2 gradient norm at init ({init} init)", xlabel="layer", ylabel="||grad||_F",

@@ -1,11 +1,12 @@
 """Config composition: every option of every group composes; bad input names the key and the choices."""
 
 import pytest
-from tiny import mbexp_train
+from tiny import clean, mbexp_train, overrides, summaries
 
 from mbexp.config import CONF_DIR, ConfigError, compose_config, to_object
 from mbexp.ffn import FFNS, HIDDEN_RULES
 from mbexp.model import PLACEMENTS
+from mbexp.names import ARCHS
 from mbexp.norms import NORMS
 
 GROUP_OPTIONS = {
@@ -13,6 +14,43 @@ GROUP_OPTIONS = {
     "model": ["tiny", "small", "base"], "data": ["bigtxt", "tinystories", "wikitext2", "wikitext103", "text"],
     "optim": ["adamw"], "logger": ["wandb", "none"],
 }
+
+
+def test_arch_presets_are_the_named_ones():
+    assert sorted(p.stem for p in (CONF_DIR / "arch").glob("*.yaml")) == sorted(ARCHS)
+
+
+@pytest.mark.parametrize(("arch", "expected"), [
+    ("gpt2", ("layer", True, "pre", "gelu", "tanh", "4d", "learned", True, "none")),
+    ("llama", ("rms", False, "pre", "swiglu", "exact", "8_3d", "rope", False, "none")),
+    ("vaswani", ("layer", True, "post", "relu", "exact", "4d", "sinusoidal", True, "none")),
+    ("olmo2", ("rms", False, "output", "swiglu", "exact", "8_3d", "rope", False, "proj")),
+    ("gemma", ("rms", False, "peri", "geglu", "tanh", "4d", "rope", False, "head")),
+])
+def test_arch_presets_set_the_published_block(arch, expected):
+    c = to_object(compose_config([f"+arch={arch}"]))
+    assert (c.norm.name, c.norm.bias, c.placement.name, c.ffn.name, c.ffn.gelu, c.hidden.name, c.model.pos,
+            c.model.bias, c.model.qk_norm) == expected
+
+
+def test_arch_presets_compose_with_overrides():
+    c = to_object(compose_config(["+arch=llama", "norm=layer", "model.n_kv_heads=2"]))
+    assert (c.norm.name, c.ffn.name, c.model.n_kv_heads) == ("layer", "swiglu", 2)  # Llama with LayerNorm
+    c = to_object(compose_config(["+arch=gpt2", "norm=rms", "ffn=swiglu"]))  # options follow the choice
+    assert (c.norm.name, c.norm.bias, c.ffn.name, c.ffn.gelu, c.model.bias) == ("rms", False, "swiglu", "exact", True)
+    c = to_object(compose_config(["+arch=olmo2", "norm=dyt"]))
+    assert (c.norm.name, c.norm.eps, c.placement.name) == ("dyt", 1e-5, "output")
+    c = to_object(compose_config(["+experiment=norm_placement_cpu", "+arch=gemma", "placement=pre"]))
+    assert (c.name, c.model.n_layers, c.placement.name, c.model.qk_norm) == ("norm_placement_cpu", 8, "pre", "head")
+
+
+@pytest.mark.slow
+def test_arch_composes_under_multirun(tmp_path, cache):
+    proc = mbexp_train(clean(overrides(tmp_path, cache, "+arch=llama", "model.n_kv_heads=1", "-m",
+                                       "norm=rms,dyt", "train.steps=4", "train.eval_every=4")))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = sorted(s["row"] for s in summaries(tmp_path / "results"))
+    assert rows == ["dyt-pre-swiglu-8_3d-kv1", "rms-pre-swiglu-8_3d-kv1"]
 
 
 def test_group_files_are_exactly_the_registry_names():
@@ -28,7 +66,7 @@ def test_every_option_composes_and_names_itself(group, option):
 
 
 @pytest.mark.parametrize("experiment", ["quickstart", "shazeer_ffn", "norm_placement", "warmup_sensitivity",
-                                        "shazeer_ffn_cpu", "warmup_sensitivity_cpu"])
+                                        "shazeer_ffn_cpu", "warmup_sensitivity_cpu", "norm_placement_cpu"])
 def test_experiments_compose_with_a_sweep(experiment):
     cfg = compose_config([f"+experiment={experiment}"], return_hydra_config=True)
     assert cfg.name == experiment
@@ -52,6 +90,15 @@ def test_defaults():
     (["optim.schedule=exp"], ["optim.schedule", "cosine", "linear", "constant"]),
     (["train.steps=many"], ["train.steps"]),
     (["data=text"], ["data.path"]),
+    (["model.n_kv_heads=3"], ["model.n_kv_heads", "model.n_heads=4", "1, 2, 4"]),
+    (["norm=dyt", "norm.bias=true"], ["norm.bias", "norm=dyt", "norm.alpha_init"]),
+    (["norm=dyt", "norm.eps=1e-6"], ["norm.eps", "norm=dyt", "norm.alpha_init"]),
+    (["norm=rms", "norm.alpha_init=1.0"], ["norm.alpha_init", "norm=rms", "norm.eps"]),
+    (["ffn.gelu=tanh"], ["ffn.gelu", "ffn=gelu", "ffn=geglu"]),
+    (["ffn=gelu", "ffn.gelu=fast"], ["ffn.gelu", "exact", "tanh"]),
+    (["model.qk_norm=all"], ["model.qk_norm", "none", "head", "proj"]),
+    (["model.pos=alibi"], ["model.pos", "rope", "learned", "sinusoidal"]),
+    (["placement=sandwich"], ["placement", "pre", "peri", "deepnorm"]),
 ])
 def test_bad_input_names_the_key_and_choices(args, must_say):
     with pytest.raises(ConfigError) as err:
@@ -65,6 +112,10 @@ def test_bad_input_names_the_key_and_choices(args, must_say):
     ["norm=batch"],
     ["model.d_model=30", "model.n_heads=4"],
     ["optim.warmup_steps=-1"],
+    ["+arch=bert"],
+    ["-m", "+arch=llama,bert", "seed=0"],
+    ["model.n_kv_heads=3"],
+    ["norm=dyt", "norm.bias=true"],
 ])
 def test_cli_fails_before_training(tmp_path, args):
     proc = mbexp_train([*args, f"results_dir={tmp_path}/results", "logger=none"], timeout=120)

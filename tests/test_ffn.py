@@ -23,7 +23,7 @@ def _swish(z):  # Swish_1 = SiLU
 
 
 def reference(name: str, ffn: FFN, x: torch.Tensor) -> torch.Tensor:
-    """DESIGN.md §3, written out from the module's own weights (nn.Linear stores W as (out, in))."""
+    """docs/model.md, written out from the module's own weights (nn.Linear stores W as (out, in))."""
     xw = x @ ffn.w.weight.T
     xv = x @ ffn.v.weight.T if ffn.v is not None else None
     w2 = ffn.w2.weight.T

@@ -1,5 +1,6 @@
 """The decoder block's equations, the residual highway, every variant's forward+backward, the LM's options."""
 
+import dataclasses
 import itertools
 import math
 
@@ -7,8 +8,10 @@ import pytest
 import torch
 from torch import nn
 
-from mbexp.ffn import FFNS, HIDDEN_RULES
-from mbexp.model import PLACEMENTS, Block, DecoderLM, ModelSpec, param_counts
+from mbexp import config, names
+from mbexp.config import Config, model_spec, spec_key
+from mbexp.ffn import ACTIVATIONS, FFNS, GELUS, HIDDEN_RULES
+from mbexp.model import FINAL_NORM, PLACEMENTS, Block, DecoderLM, ModelSpec, param_counts
 from mbexp.norms import NORMS
 
 SMALL = dict(vocab_size=256, d_model=32, n_layers=2, n_heads=2, seq_len=16)
@@ -18,7 +21,30 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def spec(**kw) -> ModelSpec:
-    return ModelSpec(**{**SMALL, **kw})
+    """The config's defaults (config.model_spec), made small."""
+    return dataclasses.replace(model_spec(Config(), SMALL["vocab_size"]), **{**SMALL, **kw})
+
+
+def test_registries_are_keyed_by_the_option_names():
+    assert tuple(NORMS) == names.NORMS and tuple(names.NORM_OPTIONS) == names.NORMS
+    assert tuple(FINAL_NORM) == names.PLACEMENTS == PLACEMENTS
+    assert tuple(ACTIVATIONS) == names.FFNS and tuple(GELUS) == names.GELUS
+    assert set(names.GATED) <= set(names.FFNS) and set(names.GELU_FFNS) <= set(names.FFNS)
+
+
+def test_model_spec_reads_every_model_option_of_the_config():
+    """One source of defaults: each ModelSpec field is one config key, and every model-deciding key of the
+    norm, placement, ffn, hidden and model groups is a ModelSpec field (model.name only labels a preset)."""
+    keys = {spec_key(f.name) for f in dataclasses.fields(ModelSpec) if f.name != "vocab_size"}
+    groups = {"norm": config.NormConfig, "placement": config.PlacementConfig, "ffn": config.FFNConfig,
+              "hidden": config.HiddenConfig, "model": config.ModelConfig}
+    schema = {f"{g}.{f.name}" for g, cls in groups.items() for f in dataclasses.fields(cls)} - {"model.name"}
+    assert keys == schema
+    cfg = Config()
+    cfg.norm.eps, cfg.hidden.multiple_of, cfg.model.n_kv_heads, cfg.ffn.name = 1e-6, 8, 2, "geglu"
+    s = model_spec(cfg, 100)
+    assert (s.vocab_size, s.norm_eps, s.hidden_multiple_of, s.n_kv_heads, s.ffn, s.d_model) == (
+        100, 1e-6, 8, 2, "geglu", cfg.model.d_model)
 
 
 def _silence_sublayers(block: Block) -> None:
@@ -58,9 +84,9 @@ def test_post_block_with_silent_sublayers_is_two_norms(norm):
         assert not torch.allclose(out, block.norm1(x), atol=1e-3)
 
 
-@pytest.mark.parametrize("placement", PLACEMENTS)
+@pytest.mark.parametrize("placement", ["pre", "post"])  # the others: tests/test_placements.py
 def test_block_follows_its_equations(placement):
-    """With live sublayers, the block is exactly the DESIGN.md §3 equations for its placement."""
+    """With live sublayers, the block is exactly the docs/model.md equations for its placement."""
     torch.manual_seed(2)
     block = Block(spec(placement=placement, ffn="swiglu"))
     x = torch.randn(2, 16, 32)
@@ -96,11 +122,14 @@ def test_post_ln_stack_has_no_highway():
     assert not torch.allclose(grad, g, atol=1e-2)
 
 
-COMBOS = list(itertools.product(NORMS, PLACEMENTS, FFNS, HIDDEN_RULES))
+# every norm x placement x FFN, and every width rule (the rule only changes d_ff)
+COMBOS = [(*c, "matched") for c in itertools.product(NORMS, PLACEMENTS, FFNS)]
+COMBOS += [("layer", "pre", ffn, hidden) for ffn in ("relu", "swiglu") for hidden in ("4d", "8_3d")]
 
 
 def test_combo_grid_is_complete():
-    assert len(COMBOS) == 2 * 2 * 8 * 3
+    assert len(COMBOS) == 3 * 5 * 8 + 4
+    assert {c[3] for c in COMBOS} == set(HIDDEN_RULES)
 
 
 @pytest.mark.parametrize("norm, placement, ffn, hidden", COMBOS)
@@ -118,11 +147,13 @@ def test_every_variant_trains_a_step_on_cpu(norm, placement, ffn, hidden):
     assert model.blocks[0].ffn.w.weight.shape[0] == model.spec.d_ff
 
 
-def test_final_norm_only_for_pre():
+def test_final_norm_only_where_the_stream_is_not_normalised():
     pre, post = DecoderLM(spec(placement="pre")), DecoderLM(spec(placement="post"))
     assert isinstance(pre.final_norm, NORMS["layer"])
     assert isinstance(post.final_norm, nn.Identity)
     assert isinstance(DecoderLM(spec(placement="pre", norm="rms")).final_norm, NORMS["rms"])
+    assert isinstance(DecoderLM(spec(placement="peri", norm="dyt")).final_norm, NORMS["dyt"])
+    assert FINAL_NORM == {"pre": True, "post": False, "peri": True, "output": True, "deepnorm": False}
 
 
 def test_embeddings_tied_by_default_and_untied_on_request():

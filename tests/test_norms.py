@@ -1,10 +1,11 @@
-"""LayerNorm and RMSNorm against the worked example, torch's reference ops and their invariances."""
+"""LayerNorm, RMSNorm and DyT against the worked example, torch's reference ops, their formulas (docs/model.md)
+and their invariances."""
 
 import pytest
 import torch
 from torch.nn import functional as F
 
-from mbexp.norms import NORMS, LayerNorm, RMSNorm, build_norm
+from mbexp.norms import NORMS, DyT, LayerNorm, RMSNorm, build_norm
 
 X = torch.tensor([2.0, -1.0, 0.0, 3.0])
 
@@ -34,7 +35,7 @@ def test_layernorm_matches_torch(bias):
     x = torch.randn(3, 7, 48, generator=gen) * 2 + 0.5
     ref = F.layer_norm(x, (48,), norm.weight, norm.bias, 1e-5)
     assert torch.allclose(norm(x), ref, atol=1e-6)
-    # and the formula of DESIGN.md §3, written out
+    # and the formula of docs/model.md, written out
     mean, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
     by_hand = (x - mean) / torch.sqrt(var + 1e-5) * norm.weight + (norm.bias if bias else 0)
     assert torch.allclose(norm(x), by_hand, atol=1e-5)
@@ -66,7 +67,7 @@ def test_rms_equals_layer_on_zero_mean_input():
     assert torch.allclose(RMSNorm(32)(x), LayerNorm(32)(x), atol=1e-5)
 
 
-@pytest.mark.parametrize("name", list(NORMS))
+@pytest.mark.parametrize("name", ["layer", "rms"])  # DyT has no statistics: not scale invariant
 def test_scale_invariance(name):
     gen = torch.Generator().manual_seed(4)
     norm = build_norm(name, 32, eps=1e-10)
@@ -85,7 +86,8 @@ def test_only_layernorm_is_shift_invariant():
 
 
 def test_build_norm_registry():
-    assert set(NORMS) == {"layer", "rms"}
+    assert tuple(NORMS) == ("layer", "rms", "dyt")
+    assert isinstance(build_norm("dyt", 8, alpha_init=0.8), DyT)
     assert isinstance(build_norm("layer", 8), LayerNorm)
     assert isinstance(build_norm("rms", 8), RMSNorm)
     assert build_norm("layer", 8, eps=1e-3).eps == 1e-3
@@ -98,8 +100,25 @@ def test_unknown_norm_lists_valid_names():
     assert "layer" in str(err.value) and "rms" in str(err.value)
 
 
-def test_rms_with_bias_raises():
-    with pytest.raises(ValueError, match="bias"):
-        RMSNorm(8, bias=True)
-    with pytest.raises(ValueError, match="bias"):
+def test_an_option_the_norm_cannot_take_raises():
+    with pytest.raises(ValueError, match=r"norm\.bias=True does not apply to norm=rms; it takes: eps"):
         build_norm("rms", 8, bias=True)
+    with pytest.raises(ValueError, match=r"norm\.bias.*norm=dyt; it takes: alpha_init"):
+        build_norm("dyt", 8, bias=True)
+    with pytest.raises(ValueError, match=r"norm\.alpha_init.*norm=layer"):
+        build_norm("layer", 8, alpha_init=1.0)
+    assert build_norm("dyt", 8, eps=1e-5, bias=False).alpha.item() == 0.5  # defaults pass through
+
+
+def test_dyt_formula_and_its_learnable_alpha():
+    """g * tanh(alpha * x) + b (Zhu et al. 2025), alpha one scalar starting at norm.alpha_init."""
+    gen = torch.Generator().manual_seed(6)
+    norm = DyT(16, alpha_init=0.8)
+    assert norm.alpha.shape == () and norm.alpha.item() == pytest.approx(0.8)
+    assert torch.equal(norm.weight, torch.ones(16)) and torch.equal(norm.bias, torch.zeros(16))
+    _randomise(norm, gen)
+    x = 3 * torch.randn(4, 16, generator=gen)
+    assert torch.allclose(norm(x), norm.weight * torch.tanh(0.8 * x) + norm.bias, atol=1e-6)
+    norm(x).sum().backward()
+    assert norm.alpha.grad is not None and norm.alpha.grad.abs() > 0
+    assert norm(1e4 * x).abs().max() <= (norm.weight.abs() + norm.bias.abs()).max() + 1e-5, "tanh squashes"

@@ -88,6 +88,14 @@ GOLDEN_RUN_DIRS = [
      "default/rms-pre-swiglu-matched-wu30-d75a6e46/seed=2"),
     (["data.test_fraction=0", "+experiment=warmup_sensitivity_cpu", "placement=post", "optim.warmup_steps=100"],
      "warmup_sensitivity_cpu/layer-post-relu-matched-wu100-96b8f681/seed=0"),
+    # v0.3: the options of issue 13 (new placements, DyT, GQA, biases, tanh GELU, QK-norm, sinusoidal, presets)
+    (["norm=dyt", "placement=peri"], "default/dyt-peri-relu-matched-wu30-ea2dcd4d/seed=0"),
+    (["placement=deepnorm", "norm=rms", "norm.eps=1e-6"], "default/rms-deepnorm-relu-matched-wu30-aeec9cec/seed=0"),
+    (["+arch=llama", "model.n_kv_heads=2"], "default/rms-pre-swiglu-8_3d-kv2-wu30-e4fd76d1/seed=0"),
+    (["+arch=gpt2"], "default/layer-pre-gelu-4d-bias-gelutanh-wu30-2ee83e28/seed=0"),
+    (["+arch=olmo2"], "default/rms-output-swiglu-8_3d-qkproj-wu30-b5f9c201/seed=0"),
+    (["+arch=vaswani"], "default/layer-post-relu-4d-bias-sinusoidal-wu30-04672253/seed=0"),
+    (["norm=dyt", "norm.alpha_init=0.8"], "default/dyt-pre-relu-matched-a0.8-wu30-f3ab3b13/seed=0"),
 ]
 
 
