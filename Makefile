@@ -48,7 +48,7 @@ table: install ## results/runs -> results/tables/*.{md,csv,tex}, results/figures
 data: install ## prepare the default corpus and print its statistics
 	$(BIN)/python -m mbexp.data
 
-bench: install ## measure peak FLOP/s, trainer vs bare-loop throughput, precisions, variants
+bench: install ## speed bar vs a plain loop (compile included), OMP wait policy, precisions, variants
 	$(BIN)/python scripts/bench.py
 
 gpu-check: install ## on a CUDA machine: tests, bench, 200 steps of each GPU preset -> results/bench/cuda.json

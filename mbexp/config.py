@@ -14,6 +14,7 @@ from mbexp.schedule import SCHEDULES
 LOGGERS = ("wandb", "none")
 DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("auto", "fp32", "bf16")
+COMPILE = ("auto", "true", "false")
 
 
 class ConfigError(ValueError):
@@ -123,7 +124,7 @@ class Config:
     seed: int = 0
     device: str = "auto"
     precision: str = "auto"
-    compile: bool = False
+    compile: str = "auto"  # auto: on CUDA; on a CPU when the run is long enough to pay it back (README, Speed)
     force: bool = False  # rerun from scratch even if the run completed or has a checkpoint
     results_dir: str = "results"
     norm: NormConfig = field(default_factory=NormConfig)
@@ -179,6 +180,8 @@ def validate(cfg: Config) -> Config:
         ("precision", cfg.precision, PRECISIONS),
     ]:
         _choice(key, value, choices)
+    cfg.compile = str(cfg.compile).lower()  # Hydra reads compile=true as a bool
+    _choice("compile", cfg.compile, COMPILE)
     if cfg.model.d_model % cfg.model.n_heads:
         raise ConfigError(
             f"model.d_model={cfg.model.d_model} is not divisible by model.n_heads={cfg.model.n_heads}"

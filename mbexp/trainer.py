@@ -4,10 +4,11 @@ import contextlib
 import json
 import logging
 import math
+import os
 import signal
 import threading
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -16,7 +17,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from mbexp import checkpoint, distributed
-from mbexp.config import Config, model_spec, to_object
+from mbexp.config import Config, ConfigError, model_spec, to_object
 from mbexp.data import Batches, TokenData, prepare
 from mbexp.io import FINISHED, read_summary, write_json, write_text
 from mbexp.logger import NullLogger, make_logger
@@ -35,14 +36,36 @@ from mbexp.runs import (
 from mbexp.schedule import lr_at
 
 log = logging.getLogger("mbexp")
+# compile=auto on a CPU: compile when the run is long enough for the compile time to pay back.
+# Measured on the 2-core development CPU (scripts/bench.py, results/bench/cpu.json; model=tiny, batch
+# 16 x 128, bf16 autocast): compiling the train step costs CPU_COMPILE_S seconds the first time a shape
+# is met in a process (the inductor cache on disk and in-process reuse make later runs cheaper) and
+# saves CPU_COMPILE_SAVES_S seconds per step, so it pays after compile_s / saved_s steps.
+CPU_COMPILE_S = 30.0
+CPU_COMPILE_SAVES_S = 0.03
+CPU_COMPILE_MIN_STEPS = math.ceil(CPU_COMPILE_S / CPU_COMPILE_SAVES_S)
 
 
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device=cuda but no CUDA device is visible; use device=auto or device=cpu")
+        raise ConfigError("device=cuda but no CUDA device is visible; use device=auto or device=cpu")
     return torch.device(name)
+
+
+def resolve_compile(setting: str, device: torch.device, steps: int) -> bool:
+    """compile=auto: always on CUDA; on a CPU when the run is long enough to pay the compile time back."""
+    if setting != "auto":
+        return setting == "true"
+    return device.type == "cuda" or steps >= CPU_COMPILE_MIN_STEPS
+
+
+def compile_model(model: torch.nn.Module, cache_dir: str) -> torch.nn.Module:
+    """torch.compile for fixed shapes. Inductor's on-disk cache lives beside the token cache (unless
+    TORCHINDUCTOR_CACHE_DIR says otherwise), so a later run or sweep of the same shape compiles faster."""
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(cache_dir).resolve() / "inductor"))
+    return torch.compile(model, dynamic=False)
 
 
 def cpu_has_bf16() -> bool:
@@ -65,6 +88,36 @@ def resolve_precision(precision: str, device: torch.device) -> str:
 
 def autocast(device: torch.device, precision: str):
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
+@dataclass
+class Learner:
+    """What a training step needs: the model (and the wrapper the step calls: DDP, compiled), the
+    optimiser, the batches, and where and how to compute."""
+
+    model: DecoderLM
+    optimizer: torch.optim.Optimizer
+    batches: Batches
+    device: torch.device
+    precision: str
+    step_model: torch.nn.Module | None = None  # None: the model itself
+
+
+def train_step(learner: Learner, lr: float, grad_clip: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """One optimiser step on the next training batch: the (loss, gradient norm), left on the device (no host
+    sync). The trainer and scripts/bench.py both call this, so the bench measures the product."""
+    t = learner
+    for group in t.optimizer.param_groups:
+        group["lr"] = lr
+    x, y = t.batches.next_train()
+    step_model = t.model if t.step_model is None else t.step_model
+    with autocast(t.device, t.precision):
+        _, loss = step_model(x.to(t.device, non_blocking=True), y.to(t.device, non_blocking=True))
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(t.model.parameters(), grad_clip)
+    t.optimizer.step()
+    t.optimizer.zero_grad(set_to_none=True)
+    return loss.detach(), grad_norm
 
 
 def make_optimizer(model: torch.nn.Module, optim, device: torch.device) -> torch.optim.AdamW:
@@ -146,7 +199,10 @@ def train(cfg) -> dict:
     directory, chash = run_dir(cfg), config_hash(cfg)
     if done := _finished(directory, chash, cfg.force):
         return done
-    device = resolve_device(cfg.device)
+    device = resolve_device(cfg.device)  # device=cuda without CUDA stops here, before any run file
+    if cfg.optim.warmup_steps >= cfg.train.steps:
+        log.warning("optim.warmup_steps=%d is not shorter than the run (train.steps=%d): the learning rate never "
+                    "reaches optim.lr=%g", cfg.optim.warmup_steps, cfg.train.steps, cfg.optim.lr)
     ddp = distributed.init(device.type)
     if device.type == "cuda" and ddp.enabled:  # one GPU per rank
         device = torch.device("cuda", ddp.local_rank)
@@ -167,36 +223,36 @@ def _train(cfg: Config, data: TokenData, directory: Path, chash: str, device: to
     if cfg.force and ddp.is_main:
         checkpoint.remove(directory)
     torch.manual_seed(cfg.seed)
-    precision = resolve_precision(cfg.precision, device)
     model = DecoderLM(model_spec(cfg, data.vocab_size)).to(device)
-    counts = param_counts(model)
-    optimizer = make_optimizer(model, cfg.optim, device)
-    batches = Batches(data, seq_len=cfg.model.seq_len, batch_size=cfg.train.batch_size, seed=cfg.seed,
-                      val_windows=cfg.data.val_windows, rank=ddp.rank, world_size=ddp.world_size)
+    learner = Learner(model, make_optimizer(model, cfg.optim, device),
+                      Batches(data, seq_len=cfg.model.seq_len, batch_size=cfg.train.batch_size, seed=cfg.seed,
+                              val_windows=cfg.data.val_windows, rank=ddp.rank, world_size=ddp.world_size),
+                      device, resolve_precision(cfg.precision, device))
     run = _RunState(cfg, directory, chash, ddp)
     state = None if cfg.force else checkpoint.load(directory, config_hash=chash)
     if state is not None:
         model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        batches.load_state(state["data"])
+        learner.optimizer.load_state_dict(state["optimizer"])
+        learner.batches.load_state(state["data"])
         torch.set_rng_state(state["rng"])
         run.restore(state)
         log.info("resuming %s from step %d", directory, run.step)
     distributed.barrier(ddp)  # every rank has read the checkpoint before rank 0 writes anything
-    run.start(counts, model, data, precision, device)
+    compiled = resolve_compile(cfg.compile, device, cfg.train.steps)
+    run.start(param_counts(model), model, data, learner.precision, device, compiled)
     if ddp.enabled:
-        step_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    else:
-        step_model = model
-    if cfg.compile:
-        step_model = torch.compile(step_model)
+        ids = [device.index] if device.type == "cuda" else None
+        learner.step_model = DistributedDataParallel(model, device_ids=ids)
+    if compiled:
+        learner.step_model = compile_model(model if learner.step_model is None else learner.step_model,
+                                           cfg.data.cache_dir)
     logger = make_logger(cfg.logger, **run.wandb_info()) if ddp.is_main else NullLogger()
     stop = StopRequest()
     try:
         with stop:
-            _loop(cfg, run, step_model, model, optimizer, batches, device, precision, logger, stop, ddp)
+            _loop(learner, run, logger, stop)
         if stop.requested:  # stopped cleanly between two steps: resumable from exactly here
-            run.checkpoint(model, optimizer, batches)
+            run.checkpoint(learner)
             raise KeyboardInterrupt(stop.requested)
         if ddp.is_main:
             checkpoint.remove(directory)
@@ -210,40 +266,45 @@ def _train(cfg: Config, data: TokenData, directory: Path, chash: str, device: to
         raise
 
 
-def _loop(cfg, run, step_model, model, optimizer, batches, device, precision, logger, stop, ddp) -> None:
+def _loop(learner: Learner, run: "_RunState", logger, stop: StopRequest) -> None:
+    cfg, t = run.cfg, learner
     steps, o, tcfg = cfg.train.steps, cfg.optim, cfg.train
     tokens_per_step = tcfg.batch_size * cfg.model.seq_len
-    diverge_above = tcfg.diverge_factor * math.log(model.spec.vocab_size)
+    diverge_above = tcfg.diverge_factor * math.log(t.model.spec.vocab_size)
     early = max(1, steps // 8)
+    timed = 0  # steps since the last log line that count for tokens/s
     t_last = time.perf_counter()
     bar = tqdm(total=steps, initial=run.step, desc=run.variant, unit="step", mininterval=1.0,
-               disable=not (tcfg.progress and ddp.is_main))
+               disable=not (tcfg.progress and run.ddp.is_main))
+    first = True
     while run.step < steps and not stop.requested:
         lr = lr_at(run.step, lr=o.lr, warmup_steps=o.warmup_steps, total_steps=steps, schedule=o.schedule,
                    min_lr_ratio=o.min_lr_ratio)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        x, y = batches.next_train()
-        with autocast(device, precision):
-            _, loss = step_model(x.to(device, non_blocking=True), y.to(device, non_blocking=True))
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), o.grad_clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        loss, grad_norm = train_step(t, lr, o.grad_clip)
         run.step += 1
-        run.loss_sum += loss.detach()
+        run.loss_sum += loss
         run.n_losses += 1
         bar.update()
-        if run.step % tcfg.log_every == 0 or run.step == steps:
-            train_loss = distributed.mean(run.loss_sum / run.n_losses, ddp).item()  # the one host sync per interval
+        if first:  # a process's first step (compiling it, when compiled) is warm-up, not throughput
+            loss.item()
             now = time.perf_counter()
-            run.train_time += now - t_last
-            tok_s = run.n_losses * tokens_per_step / (now - t_last)
-            run.record({"train_loss": train_loss, "lr": lr, "grad_norm": grad_norm.item(), "tokens_per_s": tok_s},
-                       logger)
-            bar.set_postfix(loss=f"{train_loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tok_s:,.0f}")
+            run.warmup_s += now - t_last
+            run.warmup_steps += 1
+            t_last, first = now, False
+        else:
+            timed += 1
+        if run.step % tcfg.log_every == 0 or run.step == steps:
+            train_loss = distributed.mean(run.loss_sum / run.n_losses, run.ddp).item()  # one host sync per interval
+            now = time.perf_counter()
+            values = {"train_loss": train_loss, "lr": lr, "grad_norm": grad_norm.item()}
+            if timed:
+                run.train_time += now - t_last
+                run.timed_steps += timed
+                values["tokens_per_s"] = timed * tokens_per_step / (now - t_last)
+                bar.set_postfix(loss=f"{train_loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{values['tokens_per_s']:,.0f}")
+            run.record(values, logger)
             run.loss_sum.zero_()
-            run.n_losses = 0
+            run.n_losses, timed = 0, 0
             if not math.isfinite(train_loss) or train_loss > diverge_above:
                 log.warning("%s diverged at step %d (train loss %s > %.2f)", run.variant, run.step, train_loss,
                             diverge_above)
@@ -252,10 +313,10 @@ def _loop(cfg, run, step_model, model, optimizer, batches, device, precision, lo
             t_last = time.perf_counter()
         if run.step % tcfg.eval_every == 0 or run.step in (early, steps):
             t_eval = time.perf_counter()
-            val_loss, val_bpb = evaluate(model, batches, device, precision, tcfg.batch_size)
+            val_loss, val_bpb = evaluate(t.model, t.batches, t.device, t.precision, tcfg.batch_size)
             values = {"val_loss": val_loss, "val_bpb": val_bpb}
-            if run.step == steps and len(batches.starts["test"]):  # the held-out split, scored once at the end
-                values["test_loss"], values["test_bpb"] = evaluate(model, batches, device, precision,
+            if run.step == steps and len(t.batches.starts["test"]):  # the held-out split, scored once at the end
+                values["test_loss"], values["test_bpb"] = evaluate(t.model, t.batches, t.device, t.precision,
                                                                    tcfg.batch_size, "test")
             run.record(values, logger, early=run.step == early)
             if not math.isfinite(val_loss):
@@ -263,7 +324,7 @@ def _loop(cfg, run, step_model, model, optimizer, batches, device, precision, lo
                 break
             t_last += time.perf_counter() - t_eval  # evaluation time is not training throughput
         if run.step % tcfg.checkpoint_every == 0 and run.step < steps:
-            run.checkpoint(model, optimizer, batches)
+            run.checkpoint(t)
     bar.close()
 
 
@@ -281,18 +342,24 @@ class _RunState:
         self.early: dict = {}
         self.meta: dict = {}
         self.loss_sum, self.n_losses = torch.zeros(()), 0  # train loss accumulated since the last log line
+        # tokens/s counts timed steps only: each process's first step (the compile, when compiled) is warm-up
+        self.timed_steps, self.warmup_steps, self.warmup_s = 0, 0, 0.0
 
     def restore(self, state: dict) -> None:
         self.step, self.records = state["step"], state["metrics"]
         self.train_time, self.wall_before = state["train_time"], state["wall_time"]
         self.wandb_id, self.early = state["wandb_id"], state["early"]
         self.loss_sum, self.n_losses = torch.tensor(state["loss_sum"]), state["n_losses"]
+        self.timed_steps = state.get("timed_steps", self.step)  # checkpoints before v0.2 timed every step
+        self.warmup_steps, self.warmup_s = state.get("warmup_steps", 0), state.get("warmup_s", 0.0)
 
-    def start(self, counts: dict, model: DecoderLM, data: TokenData, precision: str, device: torch.device) -> None:
+    def start(self, counts: dict, model: DecoderLM, data: TokenData, precision: str, device: torch.device,
+              compiled: bool) -> None:
         self.loss_sum = self.loss_sum.to(device)
         self.meta = {"params": counts["total"], "params_non_embedding": counts["non_embedding"],
                      "params_ffn": counts["ffn"], "d_ff": model.spec.d_ff, "flops_per_token": flops_per_token(model),
-                     "train_tokens": int(data.train.size), "precision": precision, "device": str(device)}
+                     "train_tokens": int(data.train.size), "precision": precision, "device": str(device),
+                     "compiled": compiled}
         if self.ddp.is_main:
             write_text(self.dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.structured(self.cfg)))
             write_text(self.dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in self.records))
@@ -317,16 +384,24 @@ class _RunState:
                 f.write(json.dumps(rec) + "\n")
             logger.log({k: v for k, v in rec.items() if k != "step"}, step=self.step)
 
-    def checkpoint(self, model, optimizer, batches) -> None:
+    def checkpoint(self, learner: Learner) -> None:
         if not self.ddp.is_main:
             return
         checkpoint.save(self.dir, {
-            "config_hash": self.chash, "step": self.step, "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(), "data": batches.state(), "rng": torch.get_rng_state(),
+            "config_hash": self.chash, "step": self.step, "model": learner.model.state_dict(),
+            "optimizer": learner.optimizer.state_dict(), "data": learner.batches.state(), "rng": torch.get_rng_state(),
             "metrics": self.records, "train_time": self.train_time, "wall_time": self.wall_time(),
             "wandb_id": self.wandb_id, "early": self.early,
             "loss_sum": self.loss_sum.item(), "n_losses": self.n_losses,
+            "timed_steps": self.timed_steps, "warmup_steps": self.warmup_steps, "warmup_s": self.warmup_s,
         })
+
+    def compile_s(self) -> float | None:
+        """Seconds compiling took: the warm-up steps' time beyond that of as many steady steps."""
+        if not self.meta.get("compiled") or not self.warmup_steps:
+            return None
+        steady = self.train_time / self.timed_steps if self.timed_steps else 0.0
+        return round(max(0.0, self.warmup_s - self.warmup_steps * steady), 3)
 
     def wall_time(self) -> float:
         return self.wall_before + time.perf_counter() - self.t0
@@ -337,7 +412,7 @@ class _RunState:
         final = evals[-1] if status == "completed" and evals else {}
         trains = [r for r in self.records if "train_loss" in r]
         final_train = trains[-1]["train_loss"] if status == "completed" and trains else None
-        rates = sorted(r["tokens_per_s"] for r in trains)
+        rates = sorted(r["tokens_per_s"] for r in trains if "tokens_per_s" in r)
         tokens_per_step = c.train.batch_size * c.model.seq_len
         tokens = self.step * tokens_per_step
         train_tokens = self.meta.get("train_tokens")
@@ -356,8 +431,9 @@ class _RunState:
             "final_train_loss": final_train,
             "generalization_gap": final_train - final["val_loss"] if final_train is not None and final else None,
             "tokens_seen": tokens, "epochs": round(tokens / train_tokens, 4) if train_tokens else None,
-            "wall_time_s": round(self.wall_time(), 3),
-            "tokens_per_s": round(tokens / self.train_time, 1) if self.train_time else None,
+            "wall_time_s": round(self.wall_time(), 3), "compile_s": self.compile_s(),
+            # compile warm-up excluded: the timed steps only
+            "tokens_per_s": round(self.timed_steps * tokens_per_step / self.train_time, 1) if self.train_time else None,
             # the median over log intervals: less sensitive to a moment of load on a shared machine
             "tokens_per_s_median": round(rates[len(rates) // 2], 1) if rates else None,
             "git_commit": git_commit(), "versions": versions(), "wandb_id": self.wandb_id, **extra,

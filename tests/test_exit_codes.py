@@ -1,0 +1,67 @@
+"""Exit codes and one-line messages that survive Hydra's launchers (basic, joblib, submitit_local)."""
+
+import pytest
+import torch
+from tiny import mbexp_train, overrides, summaries
+
+SHORT = ["train.steps=6", "train.eval_every=6", "train.log_every=3", "train.checkpoint_every=100"]
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("error:")]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_device_cuda_without_cuda_exits_2_with_one_line_and_no_run_directory(tmp_path, cache):
+    proc = mbexp_train([*overrides(tmp_path, cache, *SHORT), "device=cuda"])
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines() == [
+        "error: device=cuda but no CUDA device is visible; use device=auto or device=cpu"]
+    assert not (tmp_path / "results" / "runs").exists()
+
+
+def test_a_warmup_longer_than_the_run_warns_in_one_line(tmp_path, cache):
+    proc = mbexp_train(overrides(tmp_path, cache, "optim.warmup_steps=500", "train.steps=3", "train.eval_every=3"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    warnings = [line for line in (proc.stdout + proc.stderr).splitlines() if "optim.warmup_steps=500" in line]
+    assert len(warnings) == 1 and "WARNING" in warnings[0]
+    assert "(train.steps=3): the learning rate never reaches optim.lr=0.003" in warnings[0]
+    (summary,) = summaries(tmp_path / "results")
+    assert summary["status"] == "completed"
+
+
+def test_a_run_failing_before_its_run_directory_says_so_and_exits_1(tmp_path, cache):
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("a file where the token cache should be\n")
+    proc = mbexp_train(overrides(tmp_path, cache, *SHORT, f"data.cache_dir={not_a_dir}"))
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    (line,) = error_lines(proc.stderr)
+    assert "failed before it wrote any run file" in line and "summary.json" not in line
+    assert not (tmp_path / "results" / "runs").exists()
+
+
+def test_joblib_sweep_with_a_failing_run_exits_non_zero(tmp_path, cache):
+    # model.n_heads=3 does not divide model.d_model=32: that job fails in its worker, the other completes
+    proc = mbexp_train(["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+                        f"hydra.sweep.dir={tmp_path}/multirun", *overrides(tmp_path, cache, *SHORT),
+                        "model.n_heads=2,3"])
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    (line,) = error_lines(proc.stderr)
+    assert "model.d_model=32 is not divisible by model.n_heads=3" in line and "the sweep ran its other runs" in line
+    assert [s["status"] for s in summaries(tmp_path / "results")] == ["completed"]
+
+
+def test_submitit_local_sweep_with_a_failing_run_exits_non_zero(tmp_path, cache):
+    # the second job's token cache path is a file: that run fails before any run file, in its own process
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("not a folder\n")
+    proc = mbexp_train(["-m", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10",
+                        f"hydra.sweep.dir={tmp_path}/multirun", *overrides(tmp_path, cache, *SHORT),
+                        f"data.cache_dir={cache},{not_a_dir}"])
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    (line,) = error_lines(proc.stderr)
+    assert "failed before it wrote any run file" in line
+    (summary,) = summaries(tmp_path / "results")
+    assert summary["status"] == "completed"
+    job_logs = "".join(p.read_text() for p in (tmp_path / "multirun").glob(".submitit/*/*_log.*"))
+    assert job_logs.count("run failed") == 1
