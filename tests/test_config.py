@@ -123,4 +123,4 @@ def test_cli_fails_before_training(tmp_path, args):
     assert not (tmp_path / "results" / "runs").exists(), "nothing may be trained or written"
     assert "Traceback" not in proc.stderr
     key = args[-2].split("=")[0] if args[0] == "-m" else args[0].split("=")[0]
-    assert key.split(".")[0] in proc.stderr, proc.stderr
+    assert key.lstrip("+").split(".")[0] in proc.stderr, proc.stderr
