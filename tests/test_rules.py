@@ -81,7 +81,9 @@ def test_multirun_flag_moves_to_the_front(argv, expected):
 GOLDEN_RUN_DIRS = [
     ([], "default/layer-pre-relu-matched-wu30-d18382fd/seed=0"),
     (["norm=rms", "ffn=swiglu", "seed=2"], "default/rms-pre-swiglu-matched-wu30-01c9939f/seed=2"),
-    (["+experiment=shazeer_ffn_cpu", "ffn=geglu"], "shazeer_ffn_cpu/layer-pre-geglu-matched-wu30-15d1b909/seed=0"),
+    # shazeer_ffn_cpu is pinned to data.test_fraction=0: its committed v0.1 runs keep their directories
+    (["+experiment=shazeer_ffn_cpu", "ffn=geglu"], "shazeer_ffn_cpu/layer-pre-geglu-matched-wu30-f81ec59c/seed=0"),
+    (["+experiment=ffn_budgets_cpu", "ffn=geglu"], "ffn_budgets_cpu/layer-pre-geglu-matched-wu30-9c172d7f/seed=0"),
     (["compile=true"], "default/layer-pre-relu-matched-wu30-d18382fd/seed=0"),
     (["data.test_fraction=0"], "default/layer-pre-relu-matched-wu30-b58a8ed0/seed=0"),
     (["data.test_fraction=0", "norm=rms", "ffn=swiglu", "seed=2"],
