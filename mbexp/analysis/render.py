@@ -108,7 +108,7 @@ def caption(table: Table) -> str:
     """What was measured: the experiment, its budget, the split reported, where Δ is computed."""
     rows = table.rows
     steps, toks = _same(rows["steps"]), _same(rows["tokens_seen"])
-    budget = f"{steps:.0f} steps, {toks:,.0f} tokens per run" if steps is not None and toks is not None else \
+    budget = f"{steps:,.0f} steps, {toks:,.0f} tokens per run" if steps is not None and toks is not None else \
         "budget per row in the steps/tokens columns"
     why = "the largest budget" if table.column == "train.steps" else "the most common value; ties: the largest"
     where = f"; Δ and marks at {table.column}={setting(table.reference)} ({why})" if table.column else ""
