@@ -138,6 +138,7 @@ def test_gpu_preset_offline_stops_with_one_line_naming_bigtxt(tmp_path):
                            f"results_dir={tmp_path}/results", f"data.cache_dir={tmp_path}/cache"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr[-2000:]
-    errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
-    assert len(errors) == 1 and "data=tinystories" in errors[0] and "data=bigtxt" in errors[0], proc.stderr[-2000:]
+    hub = [line for line in proc.stderr.splitlines() if "data=tinystories" in line]
+    assert len(hub) == 1 and "unreachable" in hub[0] and "data=bigtxt" in hub[0], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
     assert not (tmp_path / "results" / "runs").exists()
