@@ -93,7 +93,7 @@ def test_without_a_test_split_the_summary_has_no_test_numbers(tmp_path, cache):
 def test_wandb_offline_run_read_back_from_disk(tmp_path, cache):
     summary, directory = run(tmp_path, cache, "ffn=geglu", "seed=7", logger="wandb")
     (wb,) = offline_runs(tmp_path)
-    assert wb["config"]["ffn"] == {"name": "geglu"} and wb["config"]["norm"]["name"] == "layer"
+    assert wb["config"]["ffn"] == {"name": "geglu", "gelu": "exact"} and wb["config"]["norm"]["name"] == "layer"
     assert wb["config"]["seed"] == 7
     assert wb["group"] == summary["variant"] and wb["job_type"] == "default"
     assert "ffn=geglu" in wb["tags"] and wb["name"] == f"{summary['variant']}/seed=7"
