@@ -1,15 +1,18 @@
 """Benchmark training on this machine (`make bench`) and write results/bench/<device>.json.
 
-One process measures, for the default model: the matmul peak (fp32, bf16); tokens/s and MFU
-of a bare PyTorch loop against mbexp's trainer at each precision; eager against torch.compile;
-the step time of every FFN variant and of LayerNorm against RMSNorm; and whether
-precision=auto trains faster than fp32 to the same validation loss.
+One process measures, for the default model: the matmul peak (fp32, bf16); the speed bar, i.e.
+mbexp's defaults (precision=auto, compile=auto for a 2,000-step run) against a plain nanoGPT-style
+loop (fp32, eager) on the same model and batches, at steady state and over a whole run with the
+compile time, and the compile break-even; tokens/s and MFU of the bare step against mbexp's
+trainer at each precision; the step time of every FFN variant and of LayerNorm against RMSNorm;
+whether precision=auto trains faster than fp32 to the same validation loss; and, in child
+processes, OMP_WAIT_POLICY=PASSIVE against OpenMP's default wait policy, alone and beside a second job.
+Every loop calls the trainer's own mbexp.trainer.train_step; compared loops alternate.
 
-    python scripts/bench.py [--quick] [--steps N] [--rounds R] [--out PATH]
+    python scripts/bench.py [--quick] [--only SECTION,...] [--steps N] [--rounds R] [--out PATH]
 
-On a CPU that other jobs share, OpenMP's spin-waiting threads can stall every op (steps 20x
-slower were seen on a 2-core machine next to one other training job); OMP_WAIT_POLICY=PASSIVE
-avoids that. The JSON records the load average and the threading environment.
+--only runs some sections and merges them into the existing JSON. Compile times are measured
+with an empty inductor cache (the first compile of a shape on a machine).
 """
 
 import argparse
@@ -18,6 +21,7 @@ import os
 import platform
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -34,7 +38,20 @@ from mbexp.model import flops_per_token as model_flops_per_token
 from mbexp.norms import NORMS, build_norm
 from mbexp.runs import run_dir
 from mbexp.schedule import lr_at
-from mbexp.trainer import autocast, cpu_has_bf16, evaluate, make_optimizer, resolve_device, resolve_precision, train
+from mbexp.trainer import (
+    CPU_COMPILE_MIN_STEPS,
+    Learner,
+    autocast,
+    compile_model,
+    cpu_has_bf16,
+    evaluate,
+    make_optimizer,
+    resolve_compile,
+    resolve_device,
+    resolve_precision,
+    train,
+    train_step,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 PRECISIONS = ("fp32", "bf16")
@@ -53,6 +70,9 @@ TRAINER_MIN_RATIO = 0.95  # the trainer must reach this share of the bare loop's
 MIN_SPEEDUP = 1.05  # "measurably faster": beyond the few-% spread of identical runs on a shared machine
 VAL_LOSS_TOLERANCE = 0.01  # precision=auto: final val loss within 1% of fp32's
 THREAD_ENV = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "MKL_NUM_THREADS", "KMP_BLOCKTIME")
+SPEED_BAR = 1.3  # mbexp's defaults against the plain loop, steady-state tokens/s
+WHOLE_RUN_STEPS = 2000  # ... and the whole run of this many steps, compile included
+SECTIONS = ("peak", "speed_bar", "throughput", "variants", "norm_micro", "precision_auto", "omp")
 
 
 def log(msg: str) -> None:
@@ -118,18 +138,19 @@ def matmul_peak(device: torch.device, sizes: tuple[int, ...], inner: int, reps: 
 
 
 class BareLoop:
-    """The training step and nothing else: the trainer's model init, batches, AdamW, lr schedule and
-    gradient clipping, without logging, checkpoints or evaluation."""
+    """The trainer's train_step and nothing else: its model init, batches, AdamW, lr schedule and
+    gradient clipping, without logging, checkpoints or evaluation. At precision=fp32 and eager this
+    is the plain nanoGPT loop on a CPU (nanoGPT's AdamW groups, fused only on CUDA, fp32, no compile)."""
 
     def __init__(self, cfg: Config, data: TokenData, device: torch.device, precision: str, *, compile: bool = False):
         torch.manual_seed(cfg.seed)  # as the trainer does, so both train the same model on the same batches
-        self.cfg, self.device, self.precision = cfg, device, precision
-        self.model = DecoderLM(model_spec(cfg, data.vocab_size)).to(device)
-        self.step_model = torch.compile(self.model) if compile else self.model
-        self.optimizer = make_optimizer(self.model, cfg.optim, device)
-        self.batches = Batches(data, seq_len=cfg.model.seq_len, batch_size=cfg.train.batch_size, seed=cfg.seed,
-                               val_windows=cfg.data.val_windows)
-        self.step = 0
+        self.cfg, self.device, self.compiled = cfg, device, compile
+        model = DecoderLM(model_spec(cfg, data.vocab_size)).to(device)
+        self.learner = Learner(model, make_optimizer(model, cfg.optim, device),
+                               Batches(data, seq_len=cfg.model.seq_len, batch_size=cfg.train.batch_size,
+                                       seed=cfg.seed, val_windows=cfg.data.val_windows),
+                               device, precision, compile_model(model, cfg.data.cache_dir) if compile else None)
+        self.model, self.step = model, 0
 
     def train(self, steps: int, *, window: int) -> list[float]:
         """Train `steps` more steps; the tokens/s of each run of `window` steps."""
@@ -141,25 +162,25 @@ class BareLoop:
         for i in range(steps):
             lr = lr_at(self.step, lr=o.lr, warmup_steps=o.warmup_steps, total_steps=total, schedule=o.schedule,
                        min_lr_ratio=o.min_lr_ratio)
-            for group in self.optimizer.param_groups:
-                group["lr"] = lr
-            x, y = self.batches.next_train()
-            with autocast(self.device, self.precision):
-                _, loss = self.step_model(x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True))
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), o.grad_clip)
-            self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
+            loss, _ = train_step(self.learner, lr, o.grad_clip)
             self.step += 1
             if (i + 1) % window == 0:
+                loss.item()  # waits for the step, as the trainer's one host sync per log interval does
                 sync(self.device)
                 now = time.perf_counter()
                 rates.append(tokens / (now - t_last))
                 t_last = now
         return rates
 
+    def first_step_s(self) -> float:
+        """The wall time of one step from cold: the compile, when compiled."""
+        t0 = time.perf_counter()
+        self.train(1, window=1)
+        return time.perf_counter() - t0
+
     def val_loss(self) -> float:
-        return evaluate(self.model, self.batches, self.device, self.precision, self.cfg.train.batch_size)[0]
+        return evaluate(self.model, self.learner.batches, self.device, self.learner.precision,
+                        self.cfg.train.batch_size)[0]
 
 
 class Bench:
@@ -223,32 +244,83 @@ def throughput(bench: Bench) -> dict:
     return out
 
 
-def compile_vs_eager(bench: Bench) -> dict:
-    """The bare loop eager and under torch.compile at each precision, alternating every round."""
+def speed_bar(bench: Bench) -> dict:
+    """mbexp's defaults for a WHOLE_RUN_STEPS-step run against the plain loop (fp32, eager) and against
+    mbexp eager at the same precision: steady tokens/s, alternating every round; the compile time; the
+    whole run extrapolated from them; the step counts after which compiling pays."""
     args, window = bench.args, bench.args.window
-    loops, out = {}, {p: {} for p in PRECISIONS}
-    for p in PRECISIONS:
-        for mode in ("eager", "compiled"):
-            t0 = time.perf_counter()
-            try:
-                loop = BareLoop(bench.default, bench.data, bench.device, p, compile=mode == "compiled")
-                loop.train(2, window=2)  # warm-up; compiles the compiled one
-            except Exception as exc:  # any compiler failure: report it and go on
-                lines = str(exc).strip().splitlines()
-                out[p][mode] = {"error": f"{type(exc).__name__}: {lines[0] if lines else ''}"}
-                log(f"  torch.compile failed at {p}: {out[p][mode]['error']}")
-                continue
-            loops[p, mode] = (loop, time.perf_counter() - t0, [])
+    compiled = resolve_compile("auto", bench.device, WHOLE_RUN_STEPS)
+    specs = {"plain": ("fp32", False), "mbexp_eager": (bench.auto, False), "mbexp_default": (bench.auto, compiled)}
+    loops, first_s = {}, {}
+    for name, (precision, comp) in specs.items():
+        loops[name] = BareLoop(bench.default, bench.data, bench.device, precision, compile=comp)
+        first_s[name] = loops[name].first_step_s()
+        log(f"  {name:14} first step {first_s[name]:.1f} s")
+    again = BareLoop(bench.default, bench.data, bench.device, bench.auto, compile=compiled).first_step_s()
+    rates = {name: [] for name in loops}
     for r in range(args.rounds):
-        for loop, _, rates in list(loops.values())[:: 1 if r % 2 == 0 else -1]:
-            rates += loop.train(2 * window, window=window)
-    for (p, mode), (_, warmup_s, rates) in loops.items():
-        out[p][mode] = summarize(rates) | {"warmup_s": warmup_s}
-        log(f"  {p:4} {mode:8} best {max(rates):9,.0f} tok/s")
-    for p in PRECISIONS:
-        if ESTIMATE in out[p]["eager"] and ESTIMATE in out[p]["compiled"]:
-            out[p]["compiled_over_eager"] = out[p]["compiled"][ESTIMATE] / out[p]["eager"][ESTIMATE]
-    return out
+        for name in list(loops)[:: 1 if r % 2 == 0 else -1]:
+            rates[name] += loops[name].train(2 * window, window=window)[1:]
+    out = {name: summarize(rates[name]) | {"precision": specs[name][0], "compiled": specs[name][1],
+                                            "first_step_s": first_s[name]} for name in loops}
+    tokens = bench.default.train.batch_size * bench.default.model.seq_len
+    step_s = {name: tokens / out[name][ESTIMATE] for name in loops}
+    compile_s = max(0.0, first_s["mbexp_default"] - step_s["mbexp_default"])
+    whole = {name: first_s[name] + (WHOLE_RUN_STEPS - 1) * step_s[name] for name in loops}
+
+    def break_even(slower: str) -> float | None:  # steps after which the compiled default has caught up
+        saved = step_s[slower] - step_s["mbexp_default"]
+        return compile_s / saved if saved > 0 else None
+
+    res = out | {
+        "steady_ratio": out["mbexp_default"][ESTIMATE] / out["plain"][ESTIMATE],
+        "steady_ratio_median": out["mbexp_default"]["median"] / out["plain"]["median"],
+        "eager_ratio": out["mbexp_eager"][ESTIMATE] / out["plain"][ESTIMATE],
+        "compile_s": compile_s, "compile_again_s": max(0.0, again - step_s["mbexp_default"]),
+        "whole_run_steps": WHOLE_RUN_STEPS, "whole_run_s": whole,
+        "whole_run_ratio": whole["plain"] / whole["mbexp_default"],
+        "break_even_steps_vs_eager": break_even("mbexp_eager"), "break_even_steps_vs_plain": break_even("plain"),
+        "compile_auto_min_steps": CPU_COMPILE_MIN_STEPS,
+        "whole_run_note": "extrapolated: first step (the compile) + (steps - 1) x the steady step time",
+    }
+    for name in loops:
+        log(f"  {name:14} best {out[name]['best']:9,.0f} tok/s, median {out[name]['median']:9,.0f}")
+    return res
+
+
+def omp_child(args) -> dict:
+    """In a child process: steady tokens/s of mbexp's eager step at precision=auto under this process's policy."""
+    cfg = to_object(compose_config([f"data.cache_dir={ROOT / 'data_cache'}", "logger=none"]))
+    data = prepare(cfg.data, seq_len=cfg.model.seq_len)
+    loop = BareLoop(cfg, data, args.device, resolve_precision("auto", args.device))
+    loop.train(args.window, window=args.window)  # warm-up
+    rates = loop.train(args.omp_steps, window=args.window)
+    return {"tokens_per_s": statistics.median(rates), "best": max(rates), "load_avg": os.getloadavg()[0]}
+
+
+def omp_policy(bench: Bench) -> dict:
+    """OMP_WAIT_POLICY=PASSIVE (mbexp's default) against OpenMP's own default, in child processes (the
+    policy is read when torch loads OpenMP): alone, and two jobs side by side, alternating every round."""
+    policies = {"PASSIVE": "PASSIVE", "openmp_default": None}
+    out = {p: {"alone": [], "beside_second_job": []} for p in policies}
+    for r in range(bench.args.rounds):
+        for policy, value in list(policies.items())[:: 1 if r % 2 == 0 else -1]:
+            env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"} | (
+                {"OMP_WAIT_POLICY": value} if value else {})
+            # torch first: OpenMP reads its policy before mbexp could set its own default
+            code = ("import torch, runpy, sys; sys.argv = ['bench.py', '--omp-child', '--omp-steps', "
+                    f"'{bench.args.omp_steps}']; runpy.run_path({str(Path(__file__))!r}, run_name='__main__')")
+            for scenario, n in (("alone", 1), ("beside_second_job", 2)):
+                procs = [subprocess.Popen([sys.executable, "-c", code], env=env, cwd=ROOT, text=True,
+                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) for _ in range(n)]
+                got = [json.loads(proc.communicate()[0].strip().splitlines()[-1]) for proc in procs]
+                out[policy][scenario].append(statistics.mean(g["tokens_per_s"] for g in got))
+                log(f"  round {r + 1} {policy:15} {scenario:18} {out[policy][scenario][-1]:9,.0f} tok/s per job")
+    res = {p: {sc: summarize(v) for sc, v in d.items()} for p, d in out.items()}
+    for scenario in ("alone", "beside_second_job"):
+        res[f"passive_over_default_{scenario}"] = (res["PASSIVE"][scenario]["median"]
+                                                   / res["openmp_default"][scenario]["median"])
+    return res | {"note": "tokens/s per job: the median over rounds of each child's median window"}
 
 
 def variants(bench: Bench) -> dict:
@@ -311,90 +383,119 @@ def precision_check(bench: Bench) -> dict:
 
 
 def checks(res: dict) -> dict[str, bool]:
-    tp, pc = res["throughput"], res["precision_auto"]
-    return {
-        **{f"trainer reaches {TRAINER_MIN_RATIO} of the bare loop's tokens/s at {p} ({tp[p]['trainer_over_bare']:.3f})":
-           tp[p]["trainer_over_bare"] >= TRAINER_MIN_RATIO for p in PRECISIONS},
-        f"precision=auto ({pc['auto']['resolved']}) trains measurably faster than fp32 ({pc['speedup']:.2f}x "
-        f">= {MIN_SPEEDUP})": pc["speedup"] >= MIN_SPEEDUP,
-        f"precision=auto val loss within {VAL_LOSS_TOLERANCE:.0%} of fp32's ({100 * pc['val_loss_rel_diff']:+.2f}%)":
-            abs(pc["val_loss_rel_diff"]) <= VAL_LOSS_TOLERANCE,
-    }
+    out = {}
+    if tp := res.get("throughput"):
+        out |= {f"trainer reaches {TRAINER_MIN_RATIO} of the bare loop's tokens/s at {p} "
+                f"({tp[p]['trainer_over_bare']:.3f})": tp[p]["trainer_over_bare"] >= TRAINER_MIN_RATIO
+                for p in PRECISIONS}
+    if pc := res.get("precision_auto"):
+        out |= {f"precision=auto ({pc['auto']['resolved']}) trains measurably faster than fp32 ({pc['speedup']:.2f}x "
+                f">= {MIN_SPEEDUP})": pc["speedup"] >= MIN_SPEEDUP,
+                f"precision=auto val loss within {VAL_LOSS_TOLERANCE:.0%} of fp32's "
+                f"({100 * pc['val_loss_rel_diff']:+.2f}%)": abs(pc["val_loss_rel_diff"]) <= VAL_LOSS_TOLERANCE}
+    if sb := res.get("speed_bar"):
+        out |= {f"mbexp's defaults reach {SPEED_BAR}x the plain loop's steady tokens/s ({sb['steady_ratio']:.2f}x)":
+                sb["steady_ratio"] >= SPEED_BAR,
+                f"a whole {sb['whole_run_steps']:,}-step run with the defaults beats the plain loop's, compile "
+                f"included ({sb['whole_run_ratio']:.2f}x, extrapolated)": sb["whole_run_ratio"] > 1}
+    return out
 
 
 def table(res: dict) -> str:
-    """The side-by-side summary printed at the end."""
-    m, peak, tp, fl = res["machine"], res["peak_flops"], res["throughput"], res["flops"]["flops_per_token"]
-    cfg, comp, pc, v = res["config"], res["compile"], res["precision_auto"], res["variants"]
+    """The side-by-side summary printed at the end; sections not measured are left out."""
+    m, fl, cfg = res["machine"], res["flops"]["flops_per_token"], res["config"]
 
     def row(label, *cells):
         return f"{label:<38}" + "".join(f"{c:>16}" for c in cells)
-
-    def mfu(tok_s, p):
-        return f"{100 * tok_s * fl / peak[p]['flops']:.1f}%"
 
     lines = [
         f"mbexp bench on {res['device']}: {m.get('gpu', m['cpu'])}, {m['torch_threads']} threads, torch {m['torch']}, "
         f"load average {m['load_avg_start']:.1f} -> {m['load_avg_end']:.1f}",
         f"model={cfg['model']} ({cfg['params']:,} params), batch {cfg['batch_size']} x seq_len {cfg['seq_len']}; "
-        f"{cfg['rounds']} rounds of {cfg['steps']}-step runs, bare loop and trainer alternating;",
+        f"every loop calls mbexp.trainer.train_step; compared loops alternate in {cfg['rounds']} rounds;",
         f"tokens/s: the best {cfg['window']}-step window (median beside it), first window of each run skipped",
         f"FLOPs/token = {FLOPS_FORMULA} = 6*{res['flops']['n_matmul']:,} + {res['flops']['attention']:,} "
         f"= {fl / 1e6:.2f} MFLOP",
         f"  {N_MATMUL}",
-        "MFU = tokens/s x FLOPs/token / the measured matmul peak at the same precision",
-        "",
-        row("", "fp32", "bf16 autocast", "bf16/fp32"),
-        row("peak matmul GFLOP/s", f"{peak['fp32']['flops'] / 1e9:,.0f}", f"{peak['bf16']['flops'] / 1e9:,.0f}",
-            f"{peak['bf16']['flops'] / peak['fp32']['flops']:.2f}x"),
     ]
-    for mode, label in (("bare", "bare PyTorch loop"), ("trainer", "mbexp trainer")):
-        a, b = tp["fp32"][mode], tp["bf16"][mode]
-        lines += [row(f"{label} tokens/s", f"{a['best']:,.0f}", f"{b['best']:,.0f}", f"{b['best'] / a['best']:.2f}x"),
-                  row("  median tokens/s", f"{a['median']:,.0f}", f"{b['median']:,.0f}",
-                      f"{b['median'] / a['median']:.2f}x"),
-                  row("  MFU", mfu(a["best"], "fp32"), mfu(b["best"], "bf16")),
-                  row("  val loss after the run", f"{a['val_loss']:.5f}", f"{b['val_loss']:.5f}")]
-    lines += [row("trainer / bare", *(f"{tp[p]['trainer_over_bare']:.3f}" for p in PRECISIONS)),
-              row("  (medians)", *(f"{tp[p]['trainer_over_bare_median']:.3f}" for p in PRECISIONS))]
-    def cells(get, fmt):  # one cell per precision, "-" where compile failed
-        return (format(get(comp[p]), fmt) if "error" not in comp[p]["compiled"] else "-" for p in PRECISIONS)
+    if sb := res.get("speed_bar"):
+        pl, ea, de = sb["plain"], sb["mbexp_eager"], sb["mbexp_default"]
+        lines += [
+            "",
+            f"speed bar: mbexp's defaults for a {sb['whole_run_steps']:,}-step run (precision=auto -> "
+            f"{de['precision']}, compile=auto -> {de['compiled']}) against a plain nanoGPT-style loop (fp32, eager)",
+            row("", "plain loop", "mbexp eager", "mbexp default"),
+            row("steady tokens/s (best window)", *(f"{d['best']:,.0f}" for d in (pl, ea, de))),
+            row("  median tokens/s", *(f"{d['median']:,.0f}" for d in (pl, ea, de))),
+            row("  / plain loop", "1.00x", f"{sb['eager_ratio']:.2f}x", f"{sb['steady_ratio']:.2f}x"),
+            row("first step s (compile, cold cache)", *(f"{d['first_step_s']:.1f}" for d in (pl, ea, de))),
+            row(f"whole {sb['whole_run_steps']:,}-step run s (extrap.)",
+                *(f"{sb['whole_run_s'][k]:.0f}" for k in ("plain", "mbexp_eager", "mbexp_default"))),
+            f"compile {sb['compile_s']:.1f} s (the same shape again in one process: {sb['compile_again_s']:.2f} s); "
+            f"it pays after {_steps(sb['break_even_steps_vs_eager'])} steps against mbexp eager and after "
+            f"{_steps(sb['break_even_steps_vs_plain'])} against the plain loop; compile=auto compiles CPU runs of "
+            f">= {sb['compile_auto_min_steps']} steps",
+        ]
+    if (tp := res.get("throughput")) and (peak := res.get("peak_flops")):
+        def mfu(tok_s, p):
+            return f"{100 * tok_s * fl / peak[p]['flops']:.1f}%"
 
-    lines += [row("bare loop eager tokens/s", *cells(lambda c: c["eager"]["best"], ",.0f")),
-              row("bare loop compiled tokens/s", *cells(lambda c: c["compiled"]["best"], ",.0f")),
-              row("  compile warm-up s (2 steps)", *cells(lambda c: c["compiled"]["warmup_s"], ".1f")),
-              row("compiled / eager", *cells(lambda c: c["compiled_over_eager"], ".3f"))]
-    lines += [f"  torch.compile failed at {p}: {comp[p]['compiled']['error']}" for p in PRECISIONS
-              if "error" in comp[p]["compiled"]]
-    a, b = pc["fp32"], pc["auto"]
-    lines += [
-        "",
-        f"precision=auto against precision=fp32: the trainer, seed 0, {pc['steps']} steps each",
-        row("", "fp32", f"auto ({b['resolved']})", "auto/fp32"),
-        row("trainer tokens/s", f"{a['best']:,.0f}", f"{b['best']:,.0f}", f"{pc['speedup']:.2f}x"),
-        row("  median tokens/s", f"{a['median']:,.0f}", f"{b['median']:,.0f}", f"{pc['speedup_median']:.2f}x"),
-        row("final val loss (nats/token)", f"{a['final_val_loss']:.5f}", f"{b['final_val_loss']:.5f}",
-            f"{100 * pc['val_loss_rel_diff']:+.2f}%"),
-        "",
-        f"step time at precision=auto ({res['auto_precision']}), bare loop, {cfg['rounds']} alternating rounds of "
-        f"{cfg['variant_steps']} steps, timed every {cfg['variant_window']} step(s):",
-        f"{'variant':<20}{'d_ff':>6}{'params':>12}{'best ms/step':>14}{'median':>10}{'vs relu':>10}",
-    ]
-    ref = v["ffn=relu"]["step_ms_best"]
-    for name, d in v.items():
-        label = "norm=rms, ffn=relu" if name == "norm=rms" else name
-        lines.append(f"{label:<20}{d['d_ff']:>6}{d['params']:>12,}{d['step_ms_best']:>14.1f}"
-                     f"{d['step_ms_median']:>10.1f}{d['step_ms_best'] / ref:>9.3f}x")
-    nm, rms = res["norm_micro"], v["norm=rms"]["step_ms_best"]
-    lines += [
-        f"LayerNorm vs RMSNorm: whole step (ffn=relu) {ref:.1f} vs {rms:.1f} ms (rms/layer {rms / ref:.3f}); "
-        f"the norm alone, fwd+bwd on ({cfg['batch_size']}, {cfg['seq_len']}, d_model): "
-        f"{nm['layer']['us_best']:.0f} vs {nm['rms']['us_best']:.0f} us "
-        f"(rms/layer {nm['rms']['us_best'] / nm['layer']['us_best']:.2f})",
-        "",
-        *(f"{'PASS' if ok else 'FAIL'}  {name}" for name, ok in res["checks"].items()),
-    ]
+        lines += ["", "MFU = tokens/s x FLOPs/token / the measured matmul peak at the same precision",
+                  row("", "fp32", "bf16 autocast", "bf16/fp32"),
+                  row("peak matmul GFLOP/s", f"{peak['fp32']['flops'] / 1e9:,.0f}",
+                      f"{peak['bf16']['flops'] / 1e9:,.0f}", f"{peak['bf16']['flops'] / peak['fp32']['flops']:.2f}x")]
+        for mode, label in (("bare", "bare train_step loop"), ("trainer", "mbexp trainer")):
+            a, b = tp["fp32"][mode], tp["bf16"][mode]
+            lines += [row(f"{label} tokens/s", f"{a['best']:,.0f}", f"{b['best']:,.0f}",
+                          f"{b['best'] / a['best']:.2f}x"),
+                      row("  median tokens/s", f"{a['median']:,.0f}", f"{b['median']:,.0f}",
+                          f"{b['median'] / a['median']:.2f}x"),
+                      row("  MFU", mfu(a["best"], "fp32"), mfu(b["best"], "bf16")),
+                      row("  val loss after the run", f"{a['val_loss']:.5f}", f"{b['val_loss']:.5f}")]
+        lines += [row("trainer / bare", *(f"{tp[p]['trainer_over_bare']:.3f}" for p in PRECISIONS)),
+                  row("  (medians)", *(f"{tp[p]['trainer_over_bare_median']:.3f}" for p in PRECISIONS))]
+    if pc := res.get("precision_auto"):
+        a, b = pc["fp32"], pc["auto"]
+        lines += [
+            "",
+            f"precision=auto against precision=fp32: the trainer, seed 0, {pc['steps']} steps each",
+            row("", "fp32", f"auto ({b['resolved']})", "auto/fp32"),
+            row("trainer tokens/s", f"{a['best']:,.0f}", f"{b['best']:,.0f}", f"{pc['speedup']:.2f}x"),
+            row("  median tokens/s", f"{a['median']:,.0f}", f"{b['median']:,.0f}", f"{pc['speedup_median']:.2f}x"),
+            row("final val loss (nats/token)", f"{a['final_val_loss']:.5f}", f"{b['final_val_loss']:.5f}",
+                f"{100 * pc['val_loss_rel_diff']:+.2f}%"),
+        ]
+    if v := res.get("variants"):
+        lines += [
+            "",
+            f"step time at precision=auto ({res['auto_precision']}), bare loop, {cfg['rounds']} alternating rounds of "
+            f"{cfg['variant_steps']} steps, timed every {cfg['variant_window']} step(s):",
+            f"{'variant':<20}{'d_ff':>6}{'params':>12}{'best ms/step':>14}{'median':>10}{'vs relu':>10}",
+        ]
+        ref = v["ffn=relu"]["step_ms_best"]
+        for name, d in v.items():
+            label = "norm=rms, ffn=relu" if name == "norm=rms" else name
+            lines.append(f"{label:<20}{d['d_ff']:>6}{d['params']:>12,}{d['step_ms_best']:>14.1f}"
+                         f"{d['step_ms_median']:>10.1f}{d['step_ms_best'] / ref:>9.3f}x")
+        if nm := res.get("norm_micro"):
+            rms = v["norm=rms"]["step_ms_best"]
+            lines.append(f"LayerNorm vs RMSNorm: whole step (ffn=relu) {ref:.1f} vs {rms:.1f} ms (rms/layer "
+                         f"{rms / ref:.3f}); the norm alone, fwd+bwd on ({cfg['batch_size']}, {cfg['seq_len']}, "
+                         f"d_model): {nm['layer']['us_best']:.0f} vs {nm['rms']['us_best']:.0f} us "
+                         f"(rms/layer {nm['rms']['us_best'] / nm['layer']['us_best']:.2f})")
+    if om := res.get("omp"):
+        lines += ["", "OMP_WAIT_POLICY (child processes, mbexp eager step, tokens/s per job, median over rounds)",
+                  row("", "alone", "beside a 2nd job")]
+        for policy in ("PASSIVE", "openmp_default"):
+            lines.append(row(policy, *(f"{om[policy][sc]['median']:,.0f}" for sc in ("alone", "beside_second_job"))))
+        lines.append(row("PASSIVE / default", *(f"{om[f'passive_over_default_{sc}']:.2f}x"
+                                                 for sc in ("alone", "beside_second_job"))))
+    lines += ["", *(f"{'PASS' if ok else 'FAIL'}  {name}" for name, ok in res["checks"].items())]
     return "\n".join(lines)
+
+
+def _steps(n: float | None) -> str:
+    return "never" if n is None else f"{n:,.0f}"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -403,8 +504,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, help="steps of each throughput run (default: 40 on CPU, 200 on GPU)")
     parser.add_argument("--rounds", type=int, help="alternating rounds of every measurement (default 3)")
     parser.add_argument("--val-steps", type=int, help="the precision=auto check's budget (default 150)")
+    parser.add_argument("--omp-steps", type=int, default=20, help="timed steps of each OMP_WAIT_POLICY child")
+    parser.add_argument("--only", help=f"comma-separated sections to run and merge into --out: {', '.join(SECTIONS)}")
     parser.add_argument("--quick", action="store_true", help="one short round of everything (a smoke test)")
     parser.add_argument("--out", type=Path, help="output JSON (default: results/bench/<device>.json)")
+    parser.add_argument("--omp-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.device = resolve_device(args.device)
     d = DEFAULTS[args.device.type]
@@ -415,40 +519,57 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.steps = max(2, -(-steps // args.window)) * args.window  # whole windows; the first one is warm-up
     args.val_steps = args.val_steps or (4 * args.window if args.quick else 150)
     args.out = args.out or ROOT / "results" / "bench" / f"{device_slug(args.device)}.json"
+    args.merge = args.only is not None  # --only: merge into the existing JSON
+    # OpenMP's wait policy is a CPU matter
+    args.only = args.only.split(",") if args.only else [s for s in SECTIONS if s != "omp" or args.device.type == "cpu"]
+    if unknown := set(args.only) - set(SECTIONS):
+        parser.error(f"--only {','.join(sorted(unknown))}: choose from {', '.join(SECTIONS)}")
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.omp_child:
+        print(json.dumps(omp_child(args)))
+        return 0
     t_start = time.perf_counter()
     load = os.getloadavg()[0]
     if args.device.type == "cpu" and load >= 0.5 * os.cpu_count():
-        hint = "" if "OMP_WAIT_POLICY" in os.environ else "; consider OMP_WAIT_POLICY=PASSIVE (see --help)"
         log(f"warning: load average {load:.1f} on {os.cpu_count()} cores: other jobs will slow some windows down "
-            f"(the best window is reported){hint}")
+            f"(the best window is reported; ratios come from alternating runs)")
+    res = json.loads(args.out.read_text()) if args.merge and args.out.exists() else {}
     with tempfile.TemporaryDirectory(prefix="mbexp-bench-") as tmp:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = f"{tmp}/inductor"  # compile times from an empty cache
         bench = Bench(args, args.device, tmp)
         model = DecoderLM(model_spec(bench.default, bench.data.vocab_size))
-        res = {"device": device_slug(args.device), "machine": machine_info(args.device), "auto_precision": bench.auto,
-               "estimate": ESTIMATE,
-               "config": {"model": bench.default.model.name, "params": param_counts(model)["total"],
-                          "batch_size": bench.default.train.batch_size, "seq_len": bench.default.model.seq_len,
-                          "steps": args.steps, "window": args.window, "rounds": args.rounds,
-                          "variant_steps": args.variant_steps, "variant_window": args.variant_window,
-                          "val_steps": args.val_steps},
-               "flops": flops_per_token(model)}
-        log(f"[1/6] matmul peak, sizes {args.sizes}")
-        res["peak_flops"] = matmul_peak(args.device, args.sizes, args.inner, reps=10)
-        log("[2/6] bare loop against mbexp trainer, fp32 and bf16")
-        res["throughput"] = throughput(bench)
-        log("[3/6] eager against torch.compile (bare loop)")
-        res["compile"] = compile_vs_eager(bench)
-        log("[4/6] FFN variants and norms (bare loop)")
-        res["variants"] = variants(bench)
-        log("[5/6] the norms alone")
-        res["norm_micro"] = norm_micro(bench)
-        log(f"[6/6] precision=auto against fp32, trainer, {args.val_steps} steps")
-        res["precision_auto"] = precision_check(bench)
+        res |= {"device": device_slug(args.device), "machine": machine_info(args.device), "auto_precision": bench.auto,
+                "estimate": ESTIMATE,
+                "config": {"model": bench.default.model.name, "params": param_counts(model)["total"],
+                           "batch_size": bench.default.train.batch_size, "seq_len": bench.default.model.seq_len,
+                           "steps": args.steps, "window": args.window, "rounds": args.rounds,
+                           "variant_steps": args.variant_steps, "variant_window": args.variant_window,
+                           "val_steps": args.val_steps, "omp_steps": args.omp_steps},
+                "flops": flops_per_token(model)}
+        res.pop("compile", None)  # measured by the speed bar since v0.2
+        sections = {
+            "peak": ("matmul peak", lambda: matmul_peak(args.device, args.sizes, args.inner, reps=10)),
+            "speed_bar": ("mbexp's defaults against the plain loop, compile included", lambda: speed_bar(bench)),
+            "throughput": ("bare train_step loop against mbexp's trainer, fp32 and bf16", lambda: throughput(bench)),
+            "variants": ("FFN variants and norms (bare loop)", lambda: variants(bench)),
+            "norm_micro": ("the norms alone", lambda: norm_micro(bench)),
+            "precision_auto": (f"precision=auto against fp32, trainer, {args.val_steps} steps",
+                               lambda: precision_check(bench)),
+            "omp": ("OMP_WAIT_POLICY=PASSIVE against OpenMP's default, child processes", lambda: omp_policy(bench)),
+        }
+        chosen = [name for name in SECTIONS if name in args.only]
+        for i, name in enumerate(chosen):
+            label, run = sections[name]
+            log(f"[{i + 1}/{len(chosen)}] {label}")
+            when = {"at": time.strftime("%Y-%m-%d %H:%M:%S"), "load_avg_before": os.getloadavg()[0],
+                    "rounds": args.rounds}
+            res["peak_flops" if name == "peak" else name] = run()
+            res.setdefault("measured", {})[name] = when | {"load_avg_after": os.getloadavg()[0]}
+            write_json(args.out, res)  # a later section's failure keeps the earlier ones
     res["checks"] = checks(res)
     res["machine"]["load_avg_end"] = os.getloadavg()[0]
     res["wall_s"] = time.perf_counter() - t_start
