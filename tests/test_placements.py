@@ -184,15 +184,42 @@ def unigram_floor(data) -> float:
     return -(counts / counts.sum()).log()[val].mean().item()
 
 
-# At this budget (60 steps of 8 x 32 tokens) every combination reaches the unigram level from ln(512) = 6.24;
-# getting clearly below it takes longer for most (probed: Post-LN and DyT rows sit at 5.30-5.32 against a
-# 5.29 floor even at 100 steps of 16 x 32 tokens, lr 1e-2..3e-2, d_model 64). So the bar is the floor + 0.1.
-@pytest.mark.parametrize(("norm", "placement"), list(itertools.product(NORMS, PLACEMENTS)))
+# Every row trains with the same settings: the default lr (3e-3), 10 warm-up steps and the default cosine
+# decay, 100 steps of 32 x 32 tokens (~3 s a row on one thread). Probed on this data (unigram floor 5.295):
+# 60 steps of 8 x 32 at lr 1e-2 constant (this test's old budget) leaves Post-LN, Peri-LN and output norm at
+# the floor; lr 5e-3 or 1e-2 stalls the output-norm rows there (5.29); at lr 3e-3, 80 steps leave Peri-LN
+# 0.005 below it, 100 steps put every LayerNorm/RMSNorm row >= 0.04 below it (pre 4.91, post 5.19-5.20,
+# peri 5.25, output 5.17-5.19, deepnorm 5.11).
+BELOW = 0.02  # nats under the floor a row must reach
+
+
+class StaysAtUnigram(AssertionError):
+    """A row that learnt the token frequencies but not below them."""
+
+
+# DyT rows stay at the floor (5.311-5.315 with every placement at these settings; also at alpha_init 2, 20 or
+# 100, lr 1e-3..1e-2, 200-300 steps, untied embeddings, and with the paper's LLaMA remedies: a learnable
+# sqrt(d) scalar after the embedding, and alpha_init 1.0 in the attention norms / 0.2 elsewhere). Measured
+# (pre, step 80): the residual stream grows a token-independent component (per-channel means +-22, per-channel
+# std 0.1) that carries the unigram logits, so every entry of the last DyT has |alpha x| > 2: tanh is
+# saturated, its output is a constant, and no gradient reaches the blocks (alpha's gradient is 0 from step
+# ~30). Post/DeepNorm DyT output is constant to 1e-3. docs/model.md, "Norms", has the details. strict: the
+# day a DyT row gets below the floor, this marker must go.
+DYT_STALLS = pytest.mark.xfail(raises=StaysAtUnigram, strict=True,
+                               reason="DyT saturates at this size and stays at the unigram level")
+
+
+@pytest.mark.parametrize(("norm", "placement"), [
+    pytest.param(norm, placement, marks=DYT_STALLS if norm == "dyt" else ())
+    for norm, placement in itertools.product(NORMS, PLACEMENTS)])
 def test_every_placement_and_norm_trains(tmp_path, cache, norm, placement):
     cfg = to_object(compose_config(clean(overrides(
-        tmp_path, cache, f"norm={norm}", f"placement={placement}", "train.steps=60", "optim.lr=1e-2",
-        "optim.schedule=constant", "train.eval_every=60"))))
+        tmp_path, cache, f"norm={norm}", f"placement={placement}", "train.steps=100", "optim.lr=3e-3",
+        "optim.warmup_steps=10", "train.batch_size=32", "train.eval_every=100"))))
     summary = train(cfg)
     assert summary["status"] == "completed" and math.isfinite(summary["final_val_loss"])
-    floor = unigram_floor(prepare(cfg.data, seq_len=cfg.model.seq_len))
-    assert summary["final_val_loss"] < floor + 0.1 < math.log(512) - 0.8, (summary["final_val_loss"], floor)
+    floor, loss = unigram_floor(prepare(cfg.data, seq_len=cfg.model.seq_len)), summary["final_val_loss"]
+    # every row, DyT included, learns at least the token frequencies (from ln 512 = 6.24): a plain failure
+    assert loss < floor + 0.05 < math.log(512) - 0.8, (loss, floor)
+    if loss >= floor - BELOW:
+        raise StaysAtUnigram(f"{norm}/{placement}: val loss {loss:.3f}, unigram floor {floor:.3f}")
