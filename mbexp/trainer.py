@@ -60,10 +60,15 @@ def resolve_compile(setting: str, device: torch.device, steps: int) -> bool:
     return device.type == "cuda" or steps >= CPU_COMPILE_MIN_STEPS
 
 
-def compile_model(model: torch.nn.Module, cache_dir: str) -> torch.nn.Module:
-    """torch.compile for fixed shapes. Inductor's on-disk cache lives beside the token cache (unless
-    TORCHINDUCTOR_CACHE_DIR says otherwise), so a later run or sweep of the same shape compiles faster."""
+def use_inductor_cache(cache_dir: str) -> None:
+    """Keep inductor's on-disk cache beside the token cache (unless TORCHINDUCTOR_CACHE_DIR says otherwise),
+    so a later run or sweep of the same shape compiles faster. Torch fixes the folder the first time it
+    looks (constructing an optimiser does): call this before."""
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(cache_dir).resolve() / "inductor"))
+
+
+def compile_model(model: torch.nn.Module) -> torch.nn.Module:
+    """torch.compile for the fixed shapes of training batches."""
     return torch.compile(model, dynamic=False)
 
 
@@ -199,6 +204,7 @@ def train(cfg) -> dict:
     if done := _finished(directory, chash, cfg.force):
         return done
     device = resolve_device(cfg.device)  # device=cuda without CUDA stops here, before any run file
+    use_inductor_cache(cfg.data.cache_dir)
     if cfg.optim.warmup_steps >= cfg.train.steps:
         log.warning("optim.warmup_steps=%d is not shorter than the run (train.steps=%d): the learning rate never "
                     "reaches optim.lr=%g", cfg.optim.warmup_steps, cfg.train.steps, cfg.optim.lr)
@@ -243,8 +249,7 @@ def _train(cfg: Config, data: TokenData, directory: Path, chash: str, device: to
         ids = [device.index] if device.type == "cuda" else None
         learner.step_model = DistributedDataParallel(model, device_ids=ids)
     if compiled:
-        learner.step_model = compile_model(model if learner.step_model is None else learner.step_model,
-                                           cfg.data.cache_dir)
+        learner.step_model = compile_model(model if learner.step_model is None else learner.step_model)
     logger = make_logger(cfg.logger, **run.wandb_info()) if ddp.is_main else NullLogger()
     stop = StopRequest()
     try:

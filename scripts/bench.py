@@ -149,7 +149,7 @@ class BareLoop:
         self.learner = Learner(model, make_optimizer(model, cfg.optim, device),
                                Batches(data, seq_len=cfg.model.seq_len, batch_size=cfg.train.batch_size,
                                        seed=cfg.seed, val_windows=cfg.data.val_windows),
-                               device, precision, compile_model(model, cfg.data.cache_dir) if compile else None)
+                               device, precision, compile_model(model) if compile else None)
         self.model, self.step = model, 0
 
     def train(self, steps: int, *, window: int) -> list[float]:

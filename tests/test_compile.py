@@ -26,6 +26,7 @@ def test_compile_config_takes_auto_true_false_and_names_them_otherwise():
         to_object(compose_config(["compile=maybe"]))
 
 
+@pytest.mark.slow
 def test_a_sweep_compiles_a_shape_once(tmp_path, cache):
     tiny = ["model.n_layers=1", "train.steps=4", "train.eval_every=4", "train.log_every=2", "compile=true"]
     proc = mbexp_train(["-m", *overrides(tmp_path, cache, *tiny), "seed=0,1"], timeout=600)

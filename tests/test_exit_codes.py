@@ -40,6 +40,7 @@ def test_a_run_failing_before_its_run_directory_says_so_and_exits_1(tmp_path, ca
     assert not (tmp_path / "results" / "runs").exists()
 
 
+@pytest.mark.slow
 def test_joblib_sweep_with_a_failing_run_exits_non_zero(tmp_path, cache):
     # model.n_heads=3 does not divide model.d_model=32: that job fails in its worker, the other completes
     proc = mbexp_train(["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
@@ -51,6 +52,7 @@ def test_joblib_sweep_with_a_failing_run_exits_non_zero(tmp_path, cache):
     assert [s["status"] for s in summaries(tmp_path / "results")] == ["completed"]
 
 
+@pytest.mark.slow
 def test_submitit_local_sweep_with_a_failing_run_exits_non_zero(tmp_path, cache):
     # the second job's token cache path is a file: that run fails before any run file, in its own process
     not_a_dir = tmp_path / "file"

@@ -143,3 +143,13 @@ def test_sigint_leaves_metrics_a_non_completed_summary_and_a_finished_wandb_run(
     (wb,) = offline_runs(tmp_path)
     assert wb["exit_code"] == 1, "the W&B run must be finished (with an error exit code)"
     assert "rerun the same command to resume" in err
+
+
+def test_tokens_per_s_leaves_out_the_warm_up_step_and_a_short_run_stays_eager(tmp_path, cache):
+    summary, directory = run(tmp_path, cache, "train.steps=4", "train.log_every=1", "train.eval_every=4")
+    trains = [r for r in metrics(directory) if "train_loss" in r]
+    assert [r["step"] for r in trains] == [1, 2, 3, 4]
+    assert "tokens_per_s" not in trains[0]  # the first step of a process is warm-up (the compile, when compiled)
+    assert all(r["tokens_per_s"] > 0 for r in trains[1:])
+    assert summary["tokens_per_s"] > 0 and summary["tokens_seen"] == 4 * 8 * 32
+    assert summary["compiled"] is False and summary["compile_s"] is None  # compile=auto: 4 CPU steps stay eager
