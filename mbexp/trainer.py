@@ -37,11 +37,11 @@ from mbexp.schedule import lr_at
 
 log = logging.getLogger("mbexp")
 # compile=auto on a CPU: compile when the run is long enough for the compile time to pay back.
-# Measured on the 2-core development CPU (model=tiny, batch 16 x 128, bf16 autocast; README, Speed):
-# compiling the step took 25 s idle and 59 s under load, and saved 0.035 s/step idle (0.21 s under
-# load), so it paid after about 710 steps idle and 290 under load. Runs of at least this many steps
-# compile: the default 300-step run stays eager, the 2,000-step budgets compile. A sweep pays the
-# compile once per shape (in-process reuse; inductor's on-disk cache for later processes).
+# Measured by `make bench` on the 2-core development CPU (model=tiny, batch 16 x 128, bf16 autocast;
+# README, Speed): compiling the step took 28.5 s from an empty cache and saved 0.04 s/step, so it paid
+# after 700 steps (290 under heavy load). Runs of at least this many steps compile: the default
+# 300-step run stays eager, the 2,000-step budgets compile. A sweep pays the compile once per shape
+# (in-process reuse; inductor's on-disk cache for later processes).
 CPU_COMPILE_MIN_STEPS = 1000
 
 
