@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from mbexp import distributed
-from mbexp.config import CONF_DIR, ConfigError, register, to_object
+from mbexp.config import CONF_DIR, ConfigError, compose_config, register, to_object
 from mbexp.corpus import CorpusError
 from mbexp.io import read_summary
 from mbexp.runs import run_dir
@@ -78,10 +78,21 @@ def _job(cfg: DictConfig) -> float | None:
     return summary.get("final_val_loss")
 
 
+def check_config(args: list[str]) -> None:
+    """Compose and validate the config once with the overrides that hold a single value, so that a bad
+    value stops here with one line before Hydra starts any job; a sweep's lists are checked per job."""
+    if any(a.startswith("-") and a != "--multirun" for a in args):
+        return  # Hydra's own flags (--cfg, --info, ...): leave the command to Hydra
+    single = [a for a in args if a != "--multirun" and "," not in a.partition("=")[2]
+              and not a.lstrip("+~").startswith("hydra")]
+    to_object(compose_config(single))
+
+
 def main() -> None:
     sys.argv = normalize_argv(sys.argv)
     try:
         check_group_choices(sys.argv[1:])
+        check_config(sys.argv[1:])
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)

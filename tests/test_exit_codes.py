@@ -20,6 +20,19 @@ def test_device_cuda_without_cuda_exits_2_with_one_line_and_no_run_directory(tmp
     assert not (tmp_path / "results" / "runs").exists()
 
 
+@pytest.mark.parametrize(("bad", "line"), [
+    (["model.n_kv_heads=3"], "error: model.n_kv_heads=3 must divide model.n_heads=2; choose one of: 1, 2"),
+    (["norm=dyt", "norm.bias=true"],
+     "error: norm.bias=True does not apply to norm=dyt; norm=dyt takes: norm.alpha_init"),
+    (["-m", "seed=0,1", "compile=maybe"], "error: compile='maybe' is not valid; choose one of: auto, true, false"),
+])
+def test_a_bad_value_stops_before_hydra_starts_a_job_with_exactly_one_line(tmp_path, cache, bad, line):
+    proc = mbexp_train([*overrides(tmp_path, cache, *SHORT), *bad])
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [line]
+    assert not (tmp_path / "results").exists()
+
+
 def test_a_warmup_longer_than_the_run_warns_in_one_line(tmp_path, cache):
     proc = mbexp_train(overrides(tmp_path, cache, "optim.warmup_steps=500", "train.steps=3", "train.eval_every=3"))
     assert proc.returncode == 0, proc.stderr[-2000:]
