@@ -39,8 +39,9 @@ def identity(cfg: Config, *, without: tuple[str, ...] = ()) -> dict:
     d = asdict(cfg)
     for key in NOT_IDENTITY + tuple(HASHED_AS) + without:
         _pop(d, key)
+    flat = _flat(d)
     for key, old in ADDED_LATER.items():
-        if key not in without and _flat(d).get(key) == old:
+        if key not in without and flat.get(key) == old:
             _pop(d, key)
     return d
 

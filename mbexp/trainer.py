@@ -431,7 +431,8 @@ class _RunState:
             "early_val_loss": None, "early_val_bpb": None, **self.early,
             "final_val_loss": final.get("val_loss"), "final_val_bpb": final.get("val_bpb"),
             "final_test_loss": final.get("test_loss"), "final_test_bpb": final.get("test_bpb"),
-            # the mean train loss of the last log interval, and its gap to validation (positive: overfitting)
+            # the mean train loss of the last log interval, and its gap to validation (negative: the model fits
+            # its training text better than held-out text, as it does past one epoch)
             "final_train_loss": final_train,
             "generalization_gap": final_train - final["val_loss"] if final_train is not None and final else None,
             "tokens_seen": tokens, "epochs": round(tokens / train_tokens, 4) if train_tokens else None,
