@@ -229,12 +229,20 @@ def _check_model_options(cfg: Config) -> None:
     if cfg.ffn.gelu != "exact" and cfg.ffn.name not in GELU_FFNS:
         raise ConfigError(f"ffn.gelu={cfg.ffn.gelu} applies only to ffn={' or ffn='.join(GELU_FFNS)}; "
                           f"with ffn={cfg.ffn.name} leave ffn.gelu=exact")
-    takes = NORM_OPTIONS[cfg.norm.name]
-    for key in ("eps", "bias", "alpha_init"):
-        value = getattr(cfg.norm, key)
+    options = {key: getattr(cfg.norm, key) for key in ("eps", "bias", "alpha_init")}
+    if message := misapplied_norm_option(cfg.norm.name, options):
+        raise ConfigError(message)
+
+
+def misapplied_norm_option(norm: str, options: dict[str, Any]) -> str | None:
+    """The error for the first norm.* option that `norm` cannot take (names.NORM_OPTIONS) set away from its
+    NormConfig default, else None; config validation and norms.build_norm both ask this."""
+    takes = NORM_OPTIONS[norm]
+    for key, value in options.items():
         if key not in takes and value != getattr(NormConfig, key):
-            raise ConfigError(f"norm.{key}={value} does not apply to norm={cfg.norm.name}; "
-                              f"norm={cfg.norm.name} takes: {', '.join(f'norm.{k}' for k in takes)}")
+            return (f"norm.{key}={value} does not apply to norm={norm}; "
+                    f"norm={norm} takes: {', '.join(f'norm.{k}' for k in takes)}")
+    return None
 
 
 def to_object(cfg: DictConfig | Config) -> Config:

@@ -4,7 +4,7 @@ import torch
 from torch import nn
 
 from mbexp import names
-from mbexp.config import NormConfig
+from mbexp.config import misapplied_norm_option
 
 
 class LayerNorm(nn.Module):
@@ -56,8 +56,7 @@ def build_norm(name: str, dim: int, **options) -> nn.Module:
     the valid ones, and an option the norm cannot take, set away from its NormConfig default, is an error."""
     if name not in NORMS:
         raise ValueError(f"unknown norm '{name}'; valid: {', '.join(NORMS)}")
+    if message := misapplied_norm_option(name, options):
+        raise ValueError(message)
     takes = names.NORM_OPTIONS[name]
-    for key, value in options.items():
-        if key not in takes and value != getattr(NormConfig, key):
-            raise ValueError(f"norm.{key}={value} does not apply to norm={name}; it takes: {', '.join(takes)}")
     return NORMS[name](dim, **{key: value for key, value in options.items() if key in takes})

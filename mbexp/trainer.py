@@ -270,12 +270,17 @@ def _train(cfg: Config, data: TokenData, directory: Path, chash: str, device: to
         raise
 
 
+def early_step(steps: int) -> int:
+    """The step of the table's early column (warm-up sensitivity is read there): an eighth of the run."""
+    return max(1, steps // 8)
+
+
 def _loop(learner: Learner, run: "_RunState", logger, stop: StopRequest) -> None:
     cfg, t = run.cfg, learner
     steps, o, tcfg = cfg.train.steps, cfg.optim, cfg.train
     tokens_per_step = tcfg.batch_size * cfg.model.seq_len
     diverge_above = tcfg.diverge_factor * math.log(t.model.spec.vocab_size)
-    early = max(1, steps // 8)
+    early = early_step(steps)
     timed = 0  # steps since the last log line that count for tokens/s
     t_last = time.perf_counter()
     bar = tqdm(total=steps, initial=run.step, desc=run.variant, unit="step", mininterval=1.0,
@@ -427,7 +432,7 @@ class _RunState:
                      "hidden": c.hidden.name, "warmup_steps": c.optim.warmup_steps},
             "steps": c.train.steps, "step": self.step, **self.meta,
             "identity": identity_flat(c),
-            "early_step": max(1, c.train.steps // 8), "early_tokens": max(1, c.train.steps // 8) * tokens_per_step,
+            "early_step": early_step(c.train.steps), "early_tokens": early_step(c.train.steps) * tokens_per_step,
             "early_val_loss": None, "early_val_bpb": None, **self.early,
             "final_val_loss": final.get("val_loss"), "final_val_bpb": final.get("val_bpb"),
             "final_test_loss": final.get("test_loss"), "final_test_bpb": final.get("test_bpb"),
