@@ -79,13 +79,20 @@ def _job(cfg: DictConfig) -> float | None:
 
 
 def check_config(args: list[str]) -> None:
-    """Compose and validate the config once with the overrides that hold a single value, so that a bad
-    value stops here with one line before Hydra starts any job; a sweep's lists are checked per job."""
+    """Compose and validate the config with the overrides that hold a single value, then once per value of
+    each plain sweep list (`key=a,b,c`), so that a bad value stops here with one line before Hydra starts any
+    job. Sweep functions (range(), choice(), glob()), brackets and quoted values are left to the jobs, and so
+    is a value that is bad only beside a value of another list."""
     if any(a.startswith("-") and a != "--multirun" for a in args):
         return  # Hydra's own flags (--cfg, --info, ...): leave the command to Hydra
-    single = [a for a in args if a != "--multirun" and "," not in a.partition("=")[2]
-              and not a.lstrip("+~").startswith("hydra")]
+    mine = [a for a in args if a != "--multirun" and not a.lstrip("+~").startswith("hydra")]
+    single = [a for a in mine if "," not in a.partition("=")[2]]
     to_object(compose_config(single))
+    for arg in mine:
+        key, _, value = arg.partition("=")
+        if "," in value and not any(c in value for c in "()[]{}'\""):
+            for one in dict.fromkeys(value.split(",")):
+                to_object(compose_config([*single, f"{key}={one}"]))
 
 
 def main() -> None:
