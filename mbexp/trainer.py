@@ -37,12 +37,15 @@ from mbexp.schedule import lr_at
 
 log = logging.getLogger("mbexp")
 # compile=auto on a CPU: compile when the run is long enough for the compile time to pay back.
-# Measured by `make bench` on the 2-core development CPU (model=tiny, batch 16 x 128, bf16 autocast;
-# README, Speed): compiling the step took 28.5 s from an empty cache and saved 0.04 s/step, so it paid
-# after 700 steps (290 under heavy load). Runs of at least this many steps compile: the default
-# 300-step run stays eager, the 2,000-step budgets compile. A sweep pays the compile once per shape
-# (in-process reuse; inductor's on-disk cache for later processes).
-CPU_COMPILE_MIN_STEPS = 1000
+# compile=auto compiles a run of at least this many steps, per device type: where compiling has paid its time
+# back on every model measured (a sweep pays it once per shape: in-process reuse, then inductor's disk cache).
+# - cpu: the 2-core development CPU (`make bench`, model=tiny, batch 16 x 128, bf16; README, Speed): the
+#   compile took 28.5 s and saved 0.04 s/step, paying after 700 steps (290 under heavy load); the default
+#   300-step run stays eager, the 2,000-step budgets compile.
+# - cuda: one H200 (results/bench/cuda.json; README, GPU check): model=tiny compiled in 20.4 s and paid after
+#   3,417 steps; the GPU presets' 21M-parameter model (64 x 256 tokens, bf16) in 18.2 s, saving 8.4 ms/step
+#   (828k eager, 1.44M tokens/s compiled), paying after 2,170 steps. Their 4,000-step runs compile.
+COMPILE_MIN_STEPS = {"cpu": 1000, "cuda": 3500}
 
 
 def resolve_device(name: str) -> torch.device:
@@ -54,10 +57,10 @@ def resolve_device(name: str) -> torch.device:
 
 
 def resolve_compile(setting: str, device: torch.device, steps: int) -> bool:
-    """compile=auto: always on CUDA; on a CPU when the run is long enough to pay the compile time back."""
+    """compile=auto: when the run is long enough to pay the compile time back on this device type."""
     if setting != "auto":
         return setting == "true"
-    return device.type == "cuda" or steps >= CPU_COMPILE_MIN_STEPS
+    return steps >= COMPILE_MIN_STEPS.get(device.type, COMPILE_MIN_STEPS["cpu"])
 
 
 def use_inductor_cache(cache_dir: str) -> None:

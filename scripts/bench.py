@@ -39,7 +39,7 @@ from mbexp.norms import NORMS, build_norm
 from mbexp.runs import run_dir
 from mbexp.schedule import lr_at
 from mbexp.trainer import (
-    CPU_COMPILE_MIN_STEPS,
+    COMPILE_MIN_STEPS,
     Learner,
     autocast,
     compile_model,
@@ -280,7 +280,7 @@ def speed_bar(bench: Bench) -> dict:
         "whole_run_steps": WHOLE_RUN_STEPS, "whole_run_s": whole,
         "whole_run_ratio": whole["plain"] / whole["mbexp_default"],
         "break_even_steps_vs_eager": break_even("mbexp_eager"), "break_even_steps_vs_plain": break_even("plain"),
-        "compile_auto_min_steps": CPU_COMPILE_MIN_STEPS,
+        "compile_auto_min_steps": COMPILE_MIN_STEPS[bench.device.type],
         "whole_run_note": "extrapolated: first step (the compile) + (steps - 1) x the steady step time",
     }
     for name in loops:

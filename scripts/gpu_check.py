@@ -79,6 +79,7 @@ def presets(tmp: Path, steps: int) -> dict:
     for name in GPU_PRESETS:
         res = run([sys.executable, "-m", "mbexp.train", f"+experiment={name}", "data=bigtxt", "device=cuda",
                    f"train.steps={steps}", f"train.eval_every={max(1, steps // 2)}", "train.progress=false",
+                   "compile=true",  # as the presets' own 4,000-step runs do (compile=auto), not the short check's
                    "logger=none", f"results_dir={tmp / name}"], timeout=1800)
         found = sorted((tmp / name).glob("runs/**/summary.json"))
         if found:
