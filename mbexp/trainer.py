@@ -36,7 +36,6 @@ from mbexp.runs import (
 from mbexp.schedule import lr_at
 
 log = logging.getLogger("mbexp")
-# compile=auto on a CPU: compile when the run is long enough for the compile time to pay back.
 # compile=auto compiles a run of at least this many steps, per device type: where compiling has paid its time
 # back on every model measured (a sweep pays it once per shape: in-process reuse, then inductor's disk cache).
 # - cpu: the 2-core development CPU (`make bench`, model=tiny, batch 16 x 128, bf16; README, Speed): the
@@ -426,7 +425,7 @@ class _RunState:
         final_train = trains[-1]["train_loss"] if status == "completed" and trains else None
         rates = sorted(r["tokens_per_s"] for r in trains if "tokens_per_s" in r)
         tokens_per_step = c.train.batch_size * c.model.seq_len
-        tokens = self.step * tokens_per_step
+        tokens, early = self.step * tokens_per_step, early_step(c.train.steps)
         train_tokens = self.meta.get("train_tokens")
         summary = {
             "status": status, "experiment": c.name, "variant": self.variant, "row": row_name(c),
@@ -435,7 +434,7 @@ class _RunState:
                      "hidden": c.hidden.name, "warmup_steps": c.optim.warmup_steps},
             "steps": c.train.steps, "step": self.step, **self.meta,
             "identity": identity_flat(c),
-            "early_step": early_step(c.train.steps), "early_tokens": early_step(c.train.steps) * tokens_per_step,
+            "early_step": early, "early_tokens": early * tokens_per_step,
             "early_val_loss": None, "early_val_bpb": None, **self.early,
             "final_val_loss": final.get("val_loss"), "final_val_bpb": final.get("val_bpb"),
             "final_test_loss": final.get("test_loss"), "final_test_bpb": final.get("test_bpb"),
