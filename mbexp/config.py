@@ -58,6 +58,7 @@ class ModelConfig:
     tie_embeddings: bool = True
     bias: bool = False  # biases in the attention and FFN Linears (GPT-2, the original Transformer)
     qk_norm: str = "none"  # none | head | proj: normalise q and k before RoPE, per head or over the projection
+    emb_scale: bool = False  # embedding ~ N(0, 1/D) times a learnable scalar initialised to sqrt(D) (DyT's LLMs)
 
 
 @dataclass

@@ -34,6 +34,7 @@ class ModelSpec:
     tie_embeddings: bool  # head shares the token embedding: fewer params at tiny scale
     bias: bool  # biases in every attention and FFN Linear (GPT-2, the original Transformer)
     qk_norm: str  # none | head | proj: normalise q and k before RoPE
+    emb_scale: bool  # token embedding ~ N(0, 1/D), times a learnable scalar initialised to sqrt(D)
     norm: str
     norm_eps: float
     norm_bias: bool
@@ -116,7 +117,7 @@ class DecoderLM(nn.Module):
     Initialisation (GPT-2): every Linear and Embedding weight ~ N(0, 0.02), the two
     residual-branch output projections (attn.proj, ffn.w2) ~ N(0, 0.02 / sqrt(2 L)) so the
     residual stream's variance does not grow with depth; norm gains 1, biases 0. DeepNorm
-    instead uses its paper's init (deepnorm_init_).
+    instead uses its paper's init (deepnorm_init_); model.emb_scale draws the embedding from N(0, 1/D).
     """
 
     def __init__(self, spec: ModelSpec):
@@ -125,6 +126,7 @@ class DecoderLM(nn.Module):
             raise ValueError(f"unknown model.pos '{spec.pos}'; valid: {', '.join(POSITIONS)}")
         self.spec = spec
         self.tok_emb = nn.Embedding(spec.vocab_size, spec.d_model)
+        self.emb_scale = nn.Parameter(torch.tensor(math.sqrt(spec.d_model))) if spec.emb_scale else None
         self.pos_emb = nn.Embedding(spec.seq_len, spec.d_model) if spec.pos == "learned" else None
         if spec.pos == "sinusoidal":
             self.register_buffer("pos_table", sinusoidal_positions(spec.seq_len, spec.d_model), persistent=False)
@@ -138,6 +140,8 @@ class DecoderLM(nn.Module):
             else:
                 for proj in (block.attn.proj, block.ffn.w2):
                     nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * spec.n_layers))
+        if spec.emb_scale:  # the scaled embedding starts at unit RMS, the scale a normalised stream has
+            nn.init.normal_(self.tok_emb.weight, std=spec.d_model ** -0.5)
         if spec.tie_embeddings:
             self.head.weight = self.tok_emb.weight
 
@@ -152,6 +156,8 @@ class DecoderLM(nn.Module):
         """Logits (B, T, V) for idx (B, T); with targets, also the mean cross-entropy."""
         T = idx.shape[1]
         x = self.tok_emb(idx)  # (B, T, D)
+        if self.emb_scale is not None:
+            x = x * self.emb_scale
         if self.pos_emb is not None:
             x = x + self.pos_emb(torch.arange(T, device=idx.device))
         elif self.spec.pos == "sinusoidal":
