@@ -296,4 +296,14 @@ def compose_config(overrides: list[str], *, return_hydra_config: bool = False) -
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             return compose("config", overrides=overrides, return_hydra_config=return_hydra_config)
     except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError(str(exc).strip()) from None
+        raise ConfigError(_one_line(exc)) from None
+
+
+def _one_line(exc: Exception) -> str:
+    """Hydra's message, with the first line of OmegaConf's reason when Hydra hides it ("Error merging override
+    model.bias=maybe: Value 'maybe' is not a valid bool (type str); valid: true, false")."""
+    message, cause = str(exc).strip(), exc.__cause__
+    if cause is None or not str(cause).strip():
+        return message
+    reason = str(cause).strip().splitlines()[0]
+    return f"{message}: {reason}" + ("; valid: true, false" if "valid bool" in reason else "")
