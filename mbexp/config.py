@@ -301,9 +301,9 @@ def compose_config(overrides: list[str], *, return_hydra_config: bool = False) -
 
 def _one_line(exc: Exception) -> str:
     """Hydra's message, with the first line of OmegaConf's reason when Hydra hides it ("Error merging override
-    model.bias=maybe: Value 'maybe' is not a valid bool (type str); valid: true, false")."""
+    model.bias=maybe: Value 'maybe' is not a valid bool (type str); choose one of: true, false")."""
     message, cause = str(exc).strip(), exc.__cause__
     if cause is None or not str(cause).strip():
         return message
     reason = str(cause).strip().splitlines()[0]
-    return f"{message}: {reason}" + ("; valid: true, false" if "valid bool" in reason else "")
+    return f"{message}: {reason}" + ("; choose one of: true, false" if "valid bool" in reason else "")

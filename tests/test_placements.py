@@ -204,23 +204,27 @@ BELOW = 0.02  # nats under the floor a row must reach
 DYT = ("model.d_model=128", "model.emb_scale=true")
 
 
+def train_row(tmp_path, cache, *extra: str) -> tuple[dict, float]:
+    """One run with the settings above, and the unigram floor of its data."""
+    cfg = to_object(compose_config(clean(overrides(
+        tmp_path, cache, "train.steps=100", "optim.lr=3e-3", "optim.warmup_steps=10", "train.batch_size=32",
+        "train.eval_every=100", *extra))))
+    return train(cfg), unigram_floor(prepare(cfg.data, seq_len=cfg.model.seq_len))
+
+
 @pytest.mark.parametrize(("norm", "placement"), itertools.product(NORMS, PLACEMENTS))
 def test_every_placement_and_norm_trains(tmp_path, cache, norm, placement):
-    cfg = to_object(compose_config(clean(overrides(
-        tmp_path, cache, f"norm={norm}", f"placement={placement}", "train.steps=100", "optim.lr=3e-3",
-        "optim.warmup_steps=10", "train.batch_size=32", "train.eval_every=100", *(DYT if norm == "dyt" else ())))))
-    summary = train(cfg)
+    summary, floor = train_row(tmp_path, cache, f"norm={norm}", f"placement={placement}",
+                               *(DYT if norm == "dyt" else ()))
     assert summary["status"] == "completed" and math.isfinite(summary["final_val_loss"])
-    floor, loss = unigram_floor(prepare(cfg.data, seq_len=cfg.model.seq_len)), summary["final_val_loss"]
+    loss = summary["final_val_loss"]
     assert loss < floor - BELOW, f"{norm}/{placement}: val loss {loss:.3f}, unigram floor {floor:.3f}"
 
 
 def test_dyt_without_emb_scale_stays_at_the_unigram_level(tmp_path, cache):
     """The finding above, kept honest: the day plain DyT learns below the floor here, the docs must change."""
-    cfg = to_object(compose_config(clean(overrides(
-        tmp_path, cache, "norm=dyt", "placement=pre", "train.steps=100", "optim.lr=3e-3", "optim.warmup_steps=10",
-        "train.batch_size=32", "train.eval_every=100", "model.d_model=128"))))
-    loss, floor = train(cfg)["final_val_loss"], unigram_floor(prepare(cfg.data, seq_len=cfg.model.seq_len))
+    summary, floor = train_row(tmp_path, cache, "norm=dyt", "placement=pre", "model.d_model=128")
+    loss = summary["final_val_loss"]
     assert floor - BELOW < loss < floor + 0.05, (loss, floor)  # learnt the token frequencies, nothing more
 
 
