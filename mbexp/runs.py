@@ -10,7 +10,7 @@ from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
 
-from mbexp.config import Config
+from mbexp.config import Config, ModelConfig
 from mbexp.io import file_lock
 
 # keys that change where or how a run is logged, not what it computes
@@ -71,11 +71,14 @@ def config_hash(cfg: Config, *, without: tuple[str, ...] = ()) -> str:
 
 def row_name(cfg: Config) -> str:
     """The readable table row: the four block axes, then each later model option that is not at its legacy
-    value (e.g. rms-pre-swiglu-matched-kv2-qkhead; sinusoidal positions as -sinusoidal)."""
+    value (e.g. rms-pre-swiglu-matched-kv2-qkhead; sinusoidal positions as -sinusoidal), then a model preset
+    other than the default tiny (-ladder96)."""
     flat = _flat(asdict(cfg))
     tags = [tag.format(flat[key]) for key, tag in ROW_TAGS.items() if flat[key] != ADDED_LATER[key]]
     if cfg.model.pos == "sinusoidal":  # rope and learned rows predate the tags: their names stay as they were
         tags.append("sinusoidal")
+    if cfg.model.name != ModelConfig.name:  # a size preset (model=small, model=ladder96) names its row
+        tags.append(cfg.model.name)
     return "-".join([cfg.norm.name, cfg.placement.name, cfg.ffn.name, cfg.hidden.name, *tags])
 
 

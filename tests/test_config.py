@@ -11,7 +11,8 @@ from mbexp.norms import NORMS
 
 GROUP_OPTIONS = {
     "norm": list(NORMS), "placement": list(PLACEMENTS), "ffn": list(FFNS), "hidden": list(HIDDEN_RULES),
-    "model": ["tiny", "small", "base"], "data": ["bigtxt", "tinystories", "wikitext2", "wikitext103", "text"],
+    "model": ["tiny", "small", "base", *(f"ladder{d}" for d in (64, 96, 128, 160, 192, 256, 384, 512, 640))],
+    "data": ["bigtxt", "tinystories", "wikitext2", "wikitext103", "text"],
     "optim": ["adamw"], "logger": ["wandb", "none"],
 }
 
