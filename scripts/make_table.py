@@ -51,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         print(f"## {experiment} → {', '.join(map(str, paths))}\n")
         print(render.to_markdown(tables[experiment]))
+        fit = [p for p in paths if p.name == f"{experiment}_fit.md"]  # a size ladder's fit (scaling.write)
+        if fit:
+            print(fit[0].read_text(encoding="utf-8"))
     if args.wandb:
         from mbexp.analysis.wandb_run import log_tables
 

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from mbexp.analysis import figures, render
+from mbexp.analysis import figures, render, scaling
 from mbexp.analysis.table import Table
 from mbexp.io import atomic_write, write_text
 
@@ -20,5 +20,6 @@ def write_outputs(results_dir, tables: dict[str, Table]) -> dict[str, list[Path]
         for name, fig in figures.figures(table).items():
             paths.append(figures_dir / f"{exp}_{name}.png")
             atomic_write(paths[-1], lambda tmp, fig=fig: figures.save(fig, tmp))
+        paths += scaling.write(results_dir, table)  # a size ladder's fit: tables/<exp>_fit.*, figures/<exp>_ladder.png
         written[exp] = paths
     return written

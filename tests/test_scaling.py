@@ -1,0 +1,173 @@
+"""Size ladders (docs/table.md, "Ladders"): the fit, multiplier, crossover and held-out check on summaries drawn
+from known curves, and a real tiny ladder end to end."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from tiny import REPO, mbexp_train, overrides, summaries
+
+from mbexp.analysis import scaling, table
+from mbexp.analysis.scaling import Curve
+
+SIZES = {"ladder64": 1e6, "ladder96": 2e6, "ladder128": 4e6, "ladder160": 8e6}  # name -> FLOPs per token
+TOKENS_PER_STEP = 2048
+E = 3.0
+NOISE = 0.004  # nats: seed-to-seed spread of a final loss, about what the CPU ladders show
+
+
+def curve(alpha: float, loss_at_1e12: float) -> Curve:
+    """The curve on the shared floor E through `loss_at_1e12` at C = 1e12 FLOPs."""
+    return Curve(E, math.log(loss_at_1e12 - E) + alpha * math.log(1e12), alpha)
+
+
+def write_ladder(results: Path, curves: dict[str, Curve], *, sizes=SIZES, steps=(200, 600), seeds=3,
+                 experiment: str = "synth", noise: float = NOISE) -> None:
+    """Summaries of a ladder whose final test losses are the curves' values plus Gaussian seed noise."""
+    rng = np.random.default_rng(1)
+    for ffn, law in curves.items():
+        for i, (name, flops) in enumerate(sizes.items()):
+            for budget in steps:
+                identity = {"ffn.name": ffn, "norm.name": "layer", "placement.name": "pre", "hidden.name": "matched",
+                            "model.name": name, "model.d_model": 64 + 32 * i, "optim.lr": 3e-3,
+                            "train.steps": budget}
+                for seed in range(seeds):
+                    loss = float(law.loss(flops * budget * TOKENS_PER_STEP)) + rng.normal(0, noise)
+                    run = results / "runs" / experiment / f"{ffn}-{name}-{budget}" / f"seed={seed}"
+                    run.mkdir(parents=True)
+                    (run / "summary.json").write_text(json.dumps({
+                        "status": "completed", "experiment": experiment, "variant": f"{ffn}-{name}-{budget}",
+                        "row": f"layer-pre-{ffn}-matched-{name}", "row_id": f"{ffn}{name}", "seed": seed,
+                        "axes": {"norm": "layer", "placement": "pre", "ffn": ffn, "hidden": "matched",
+                                 "warmup_steps": 30},
+                        "identity": identity, "steps": budget, "step": budget, "params": 10**6,
+                        "params_non_embedding": int(flops / 6), "d_ff": 256, "flops_per_token": flops,
+                        "tokens_seen": budget * TOKENS_PER_STEP, "early_val_loss": 6.0, "final_val_loss": loss,
+                        "final_val_bpb": loss / 3, "final_test_loss": loss, "tokens_per_s": 1000.0}))
+
+
+def fitted(results: Path, experiment: str = "synth", **kwargs) -> scaling.Ladder:
+    return scaling.analyse(table.build_tables(results)[experiment], **kwargs)
+
+
+def by_variant(ladder: scaling.Ladder) -> dict[str, pd.Series]:
+    return {c["variant"]: c for _, c in ladder.curves.iterrows()}
+
+
+def test_fit_recovers_alpha_and_the_shared_floor(tmp_path):
+    write_ladder(tmp_path, {"relu": curve(0.30, 4.3), "swiglu": curve(0.36, 4.2)})
+    ladder = fitted(tmp_path)
+    curves = by_variant(ladder)
+    assert list(curves) == ["layer-pre-relu-matched", "layer-pre-swiglu-matched"]
+    assert ladder.baseline == "layer-pre-relu-matched"
+    # 8 points per variant over 24x in compute, 3 seeds of 0.004 nats: α within 0.02, E within 0.05 nats
+    # (eight noise draws tried: within 0.01 and 0.03)
+    assert curves["layer-pre-relu-matched"]["alpha"] == pytest.approx(0.30, abs=0.02)
+    assert curves["layer-pre-swiglu-matched"]["alpha"] == pytest.approx(0.36, abs=0.02)
+    assert curves["layer-pre-relu-matched"]["E"] == curves["layer-pre-swiglu-matched"]["E"]
+    assert curves["layer-pre-relu-matched"]["E"] == pytest.approx(E, abs=0.05)
+    assert all(c["rms"] < 2 * NOISE for c in curves.values())  # the residual is the seed noise of a mean, no more
+
+
+def test_known_multiplier_lies_in_its_interval(tmp_path):
+    base, better = curve(0.3, 4.3), curve(0.3, 4.2)  # same α: m = (A_b / A_v)^(1/α) at every compute
+    known = (base.A / better.A) ** (1 / 0.3)
+    assert scaling.multiplier(base, better, 1e12) == pytest.approx(known)
+    write_ladder(tmp_path, {"relu": base, "swiglu": better})
+    points = fitted(tmp_path).points
+    swiglu = points[points["variant"] == "layer-pre-swiglu-matched"]
+    assert len(swiglu) == 8 and known == pytest.approx(1.31, abs=0.01)
+    assert ((swiglu["multiplier_low"] <= known) & (known <= swiglu["multiplier_high"])).all()
+    assert (swiglu["multiplier_low"] > 1).all()  # the interval excludes "no gain"
+    assert points.loc[points["variant"] == "layer-pre-relu-matched", "multiplier"].isna().all()
+
+
+def test_bootstrap_is_byte_stable(tmp_path):
+    write_ladder(tmp_path, {"relu": curve(0.3, 4.3), "swiglu": curve(0.3, 4.2)})
+    ladder = fitted(tmp_path, resamples=40)
+    assert scaling.to_csv(ladder) == scaling.to_csv(fitted(tmp_path, resamples=40))
+
+
+def test_planted_crossover_is_found_and_parallel_curves_have_none(tmp_path):
+    # GEGLU starts worse and falls faster: the curves cross at C = 4e12, inside the ladder's 4e11 .. 1e13
+    base, steeper = curve(0.3, 4.3), Curve(E, 0.0, 0.4)
+    cross = math.exp((steeper.log_A - base.log_A) / (0.4 - 0.3))
+    steeper = Curve(E, steeper.log_A + 0.1 * math.log(4e12 / cross), 0.4)  # moved to cross at 4e12
+    assert float(steeper.loss(4e12)) == pytest.approx(float(base.loss(4e12)))
+    write_ladder(tmp_path, {"relu": base, "geglu": steeper, "swiglu": curve(0.3, 4.2)})
+    curves = by_variant(fitted(tmp_path))
+    geglu = curves["layer-pre-geglu-matched"]
+    assert geglu["crossover_where"] == "within" and geglu["crossover"] == pytest.approx(4e12, rel=0.5)
+    assert curves["layer-pre-swiglu-matched"]["crossover_where"] in ("none", "beyond")  # parallel up to the noise
+    assert scaling.crossover(base, curve(0.3, 4.2), 4e11, 1e13) == (pytest.approx(math.nan, nan_ok=True), "none")
+    assert scaling.crossover(base, Curve(E, steeper.log_A, 0.4), 4e11, 1e12)[1] == "beyond"
+    assert scaling.crossover(base, Curve(E, steeper.log_A - 5, 0.4), 4e11, 1e13)[1] == "none"  # crossed before
+
+
+def test_held_out_largest_size_is_predicted_and_ranked(tmp_path):
+    write_ladder(tmp_path, {"relu": curve(0.3, 4.3), "swiglu": curve(0.33, 4.2), "geglu": curve(0.3, 4.25)})
+    ladder = fitted(tmp_path)
+    assert ladder.held_out_size == "ladder160"
+    out = ladder.points[ladder.points["held_out"]]
+    assert len(out) == 6 and set(out["size"]) == {"ladder160"}
+    assert (out["prediction_error"].abs() < 0.03).all()  # 0.004-nats noise, extrapolated 2x in compute
+    assert scaling.ranking(ladder) == (["layer-pre-swiglu-matched", "layer-pre-geglu-matched",
+                                        "layer-pre-relu-matched"],) * 2
+    md = scaling.to_markdown(ladder)
+    assert "Ranking at ladder160, 600 steps, predicted right" in md
+
+
+def test_too_few_sizes_say_so_in_one_line(tmp_path):
+    write_ladder(tmp_path, {"relu": curve(0.3, 4.3), "swiglu": curve(0.3, 4.2)},
+                 sizes={"ladder64": 1e6, "ladder96": 2e6}, steps=(600,))
+    ladder = fitted(tmp_path)
+    assert ladder.curves is None
+    md = scaling.to_markdown(ladder)
+    assert md.count("\n") == 1 and "too few points to fit" in md and "layer-pre-relu-matched has 2" in md
+    assert [p.name for p in scaling.write(tmp_path, table.build_tables(tmp_path)["synth"])] == ["synth_fit.md"]
+
+
+def test_a_budget_sweep_of_one_size_is_no_ladder(tmp_path):
+    write_ladder(tmp_path, {"relu": curve(0.3, 4.3)}, sizes={"ladder64": 1e6}, steps=(200, 600, 1000))
+    assert fitted(tmp_path) is None
+    assert scaling.write(tmp_path, table.build_tables(tmp_path)["synth"]) == []
+
+
+def test_curve_inverse_and_the_floor():
+    law = curve(0.3, 4.3)
+    assert law.compute(float(law.loss(3e12))) == pytest.approx(3e12)
+    assert law.compute(E) == math.inf and scaling.multiplier(law, Curve(E - 0.5, law.log_A, 0.3), 1e15) == math.inf
+
+
+# --- a real tiny ladder ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_real_tiny_ladder_end_to_end(tmp_path, cache):
+    """2 FFNs x 3 widths x 2 budgets x 2 seeds of real training, then make table: fit table, CSV and figure."""
+    proc = mbexp_train(["-m", *overrides(tmp_path, cache), "name=tiny_ladder", "ffn=relu,swiglu",
+                        "model.d_model=16,32,48", "model.n_layers=1", "model.n_heads=2", "train.steps=10,20",
+                        "seed=0,1"], timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = tmp_path / "results"
+    assert len(summaries(results)) == 24
+    done = subprocess.run([sys.executable, "scripts/make_table.py", "--results", str(results), "--no-wandb"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    md = (results / "tables" / "tiny_ladder_fit.md").read_text()
+    assert md in done.stdout
+    assert "| layer-pre-relu-matched | " in md and "| d_model=48 |" in md and "Held-out check" in md
+    fit = pd.read_csv(results / "tables" / "tiny_ladder_fit.csv")
+    assert len(fit) == 12 and set(fit["size"]) == {"d_model=16", "d_model=32", "d_model=48"}
+    assert ((fit["alpha"] > 0) & (fit["alpha"] <= 2)).all() and (fit["E"] < fit["loss"].min()).all()
+    assert (fit["fitted"].between(fit["loss"].min() - 1, fit["loss"].max() + 1)).all()
+    swiglu = fit[fit["variant"] == "layer-pre-swiglu-matched"]
+    assert (swiglu["multiplier"] > 0).all() and (swiglu["multiplier_low"] <= swiglu["multiplier_high"]).all()
+    assert fit.loc[fit["size"] == "d_model=48", "prediction_error"].notna().all()
+    png = results / "figures" / "tiny_ladder_ladder.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
