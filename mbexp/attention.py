@@ -7,8 +7,8 @@ from torch import nn
 from torch.nn import functional as F
 
 
-def rope_tables(seq_len: int, head_dim: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin tables, each (T, head_dim / 2)."""
+def rope_tables(seq_len: int, head_dim: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin tables, each (T, head_dim / 2): pair j of position p turns by p * base^(-2j / head_dim)."""
     inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
     angles = torch.outer(torch.arange(seq_len, dtype=torch.float32), inv_freq)
     return angles.cos(), angles.sin()
@@ -26,8 +26,9 @@ class CausalSelfAttention(nn.Module):
     query heads (GQA). qk_norm normalises q and k before RoPE, over each head ("head") or the whole
     projection ("proj"), with the norm `make_norm(dim)` builds."""
 
-    def __init__(self, d_model: int, n_heads: int, seq_len: int, *, rope: bool, n_kv_heads: int | None = None,
-                 bias: bool = False, qk_norm: str = "none", make_norm: Callable[[int], nn.Module] | None = None):
+    def __init__(self, d_model: int, n_heads: int, seq_len: int, *, rope: bool, rope_base: float,
+                 n_kv_heads: int | None = None, bias: bool = False, qk_norm: str = "none",
+                 make_norm: Callable[[int], nn.Module] | None = None):
         super().__init__()
         n_kv_heads = n_kv_heads or n_heads
         if d_model % n_heads:
@@ -44,7 +45,7 @@ class CausalSelfAttention(nn.Module):
             self.q_norm, self.k_norm = make_norm(q_norm_dim), make_norm(k_norm_dim)
         self.rope = rope
         if rope:
-            cos, sin = rope_tables(seq_len, self.head_dim)
+            cos, sin = rope_tables(seq_len, self.head_dim, rope_base)
             self.register_buffer("cos", cos, persistent=False)
             self.register_buffer("sin", sin, persistent=False)
 

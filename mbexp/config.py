@@ -59,6 +59,7 @@ class ModelConfig:
     bias: bool = False  # biases in the attention and FFN Linears (GPT-2, the original Transformer)
     qk_norm: str = "none"  # none | head | proj: normalise q and k before RoPE, per head or over the projection
     emb_scale: bool = False  # embedding ~ N(0, 1/D) times a learnable scalar initialised to sqrt(D) (DyT's LLMs)
+    rope_base: float = 10000.0  # RoPE's base: 10,000 (Su et al., Llama 1/2), 500,000 (Llama 3, OLMo 2)
 
 
 @dataclass
@@ -227,6 +228,11 @@ def _check_model_options(cfg: Config) -> None:
                           f"choose one of: {', '.join(map(str, divisors))}")
     if m.pos == "sinusoidal" and m.d_model % 2:
         raise ConfigError("model.pos=sinusoidal needs an even model.d_model")
+    if m.rope_base != ModelConfig.rope_base and m.pos != "rope":
+        raise ConfigError(f"model.rope_base={m.rope_base} applies only to model.pos=rope; with model.pos={m.pos} "
+                          f"leave it at {ModelConfig.rope_base}")
+    if m.rope_base <= 1:
+        raise ConfigError(f"model.rope_base={m.rope_base} must be > 1")
     if cfg.ffn.gelu != "exact" and cfg.ffn.name not in GELU_FFNS:
         raise ConfigError(f"ffn.gelu={cfg.ffn.gelu} applies only to ffn={' or ffn='.join(GELU_FFNS)}; "
                           f"with ffn={cfg.ffn.name} leave ffn.gelu=exact")

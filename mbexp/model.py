@@ -31,6 +31,7 @@ class ModelSpec:
     n_kv_heads: int | None  # None: n_heads (multi-head); fewer: grouped-query attention
     seq_len: int
     pos: str  # rope: no position parameters; learned: GPT-2's; sinusoidal: fixed (Vaswani et al. §3.5)
+    rope_base: float  # RoPE's base (pos=rope): 10,000 in RoFormer and Llama 1/2, 500,000 in Llama 3 and OLMo 2
     tie_embeddings: bool  # head shares the token embedding: fewer params at tiny scale
     bias: bool  # biases in every attention and FFN Linear (GPT-2, the original Transformer)
     qk_norm: str  # none | head | proj: normalise q and k before RoPE
@@ -87,8 +88,8 @@ class Block(nn.Module):
             self.norm1_out, self.norm2_out = spec.make_norm(spec.d_model), spec.make_norm(spec.d_model)
         self.alpha = deepnorm_alpha(spec.n_layers) if spec.placement == "deepnorm" else 1.0
         self.attn = CausalSelfAttention(spec.d_model, spec.n_heads, spec.seq_len, rope=spec.pos == "rope",
-                                        n_kv_heads=spec.n_kv_heads, bias=spec.bias, qk_norm=spec.qk_norm,
-                                        make_norm=spec.make_norm)
+                                        rope_base=spec.rope_base, n_kv_heads=spec.n_kv_heads, bias=spec.bias,
+                                        qk_norm=spec.qk_norm, make_norm=spec.make_norm)
         self.ffn = FFN(spec.ffn, spec.d_model, spec.d_ff, bias=spec.bias, gelu=spec.ffn_gelu)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D) -> (B, T, D)

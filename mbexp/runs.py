@@ -20,10 +20,10 @@ NOT_IDENTITY = ("seed", "name", "force", "results_dir", "device", "logger", "slu
 # a key added later is left out of the hash while it has the value that reproduces the old behaviour,
 # and a key that stopped deciding the numbers is hashed at the one value every old run had.
 ADDED_LATER = {"data.test_fraction": 0.0, "model.n_kv_heads": None, "model.bias": False, "model.qk_norm": "none",
-               "norm.alpha_init": 0.5, "ffn.gelu": "exact", "model.emb_scale": False}
+               "norm.alpha_init": 0.5, "ffn.gelu": "exact", "model.emb_scale": False, "model.rope_base": 10000.0}
 # the model options added later, as they read in a row name when set away from their legacy value
 ROW_TAGS = {"model.n_kv_heads": "kv{}", "model.bias": "bias", "model.qk_norm": "qk{}", "ffn.gelu": "gelu{}",
-            "norm.alpha_init": "a{}", "model.emb_scale": "embscale"}
+            "norm.alpha_init": "a{}", "model.emb_scale": "embscale", "model.rope_base": "rope{:.0f}"}
 HASHED_AS = {"compile": False}  # compiling changes speed, not what is computed
 
 

@@ -21,17 +21,20 @@ def test_arch_presets_are_the_named_ones():
     assert sorted(p.stem for p in (CONF_DIR / "arch").glob("*.yaml")) == sorted(ARCHS)
 
 
-@pytest.mark.parametrize(("arch", "expected"), [
-    ("gpt2", ("layer", True, "pre", "gelu", "tanh", "4d", "learned", True, "none")),
-    ("llama", ("rms", False, "pre", "swiglu", "exact", "8_3d", "rope", False, "none")),
-    ("vaswani", ("layer", True, "post", "relu", "exact", "4d", "sinusoidal", True, "none")),
-    ("olmo2", ("rms", False, "output", "swiglu", "exact", "8_3d", "rope", False, "proj")),
-    ("gemma", ("rms", False, "peri", "geglu", "tanh", "4d", "rope", False, "head")),
+@pytest.mark.parametrize(("arch", "expected", "constants"), [
+    ("gpt2", ("layer", True, "pre", "gelu", "tanh", "4d", "learned", True, "none"), (1e-5, 10000.0, True, False)),
+    ("llama", ("rms", False, "pre", "swiglu", "exact", "8_3d", "rope", False, "none"), (1e-5, 5e5, False, False)),
+    ("vaswani", ("layer", True, "post", "relu", "exact", "4d", "sinusoidal", True, "none"),
+     (1e-5, 10000.0, True, False)),
+    ("olmo2", ("rms", False, "output", "swiglu", "exact", "8_3d", "rope", False, "proj"), (1e-6, 5e5, False, False)),
+    ("gemma", ("rms", False, "peri", "geglu", "tanh", "4d", "rope", False, "head"), (1e-6, 1e6, True, True)),
 ])
-def test_arch_presets_set_the_published_block(arch, expected):
+def test_arch_presets_set_the_published_block(arch, expected, constants):
     c = to_object(compose_config([f"+arch={arch}"]))
     assert (c.norm.name, c.norm.bias, c.placement.name, c.ffn.name, c.ffn.gelu, c.hidden.name, c.model.pos,
             c.model.bias, c.model.qk_norm) == expected
+    # the checkpoint family's constants: norm eps, RoPE base, tied head, sqrt(D) embedding scale
+    assert (c.norm.eps, c.model.rope_base, c.model.tie_embeddings, c.model.emb_scale) == constants
 
 
 def test_arch_presets_compose_with_overrides():
@@ -41,6 +44,8 @@ def test_arch_presets_compose_with_overrides():
     assert (c.norm.name, c.norm.bias, c.ffn.name, c.ffn.gelu, c.model.bias) == ("rms", False, "swiglu", "exact", True)
     c = to_object(compose_config(["+arch=olmo2", "norm=dyt"]))
     assert (c.norm.name, c.norm.eps, c.placement.name) == ("dyt", 1e-5, "output")
+    c = to_object(compose_config(["+arch=llama", "model.pos=learned"]))  # the RoPE base follows the positions
+    assert (c.model.pos, c.model.rope_base) == ("learned", 10000.0)
     c = to_object(compose_config(["+experiment=norm_placement_cpu", "+arch=gemma", "placement=pre"]))
     assert (c.name, c.model.n_layers, c.placement.name, c.model.qk_norm) == ("norm_placement_cpu", 8, "pre", "head")
 
@@ -99,6 +104,8 @@ def test_defaults():
     (["ffn=gelu", "ffn.gelu=fast"], ["ffn.gelu", "exact", "tanh"]),
     (["model.qk_norm=all"], ["model.qk_norm", "none", "head", "proj"]),
     (["model.pos=alibi"], ["model.pos", "rope", "learned", "sinusoidal"]),
+    (["model.pos=learned", "model.rope_base=500000"], ["model.rope_base", "model.pos=rope", "10000.0"]),
+    (["model.rope_base=1"], ["model.rope_base", "> 1"]),
     (["placement=sandwich"], ["placement", "pre", "peri", "deepnorm"]),
 ])
 def test_bad_input_names_the_key_and_choices(args, must_say):

@@ -203,6 +203,15 @@ def test_learned_positions():
     assert not torch.allclose(logits[0, 0], logits[0, 5], atol=1e-6)
 
 
+@pytest.mark.parametrize("base", [10000.0, 500000.0])
+def test_rope_turns_pair_j_at_position_p_by_p_times_base_to_the_minus_2j_over_hd(base):
+    attn = DecoderLM(spec(rope_base=base)).blocks[0].attn
+    hd = attn.head_dim
+    angles = [[p * base ** (-2 * j / hd) for j in range(hd // 2)] for p in range(16)]
+    torch.testing.assert_close(attn.cos, torch.tensor(angles).cos())
+    torch.testing.assert_close(attn.sin, torch.tensor(angles).sin())
+
+
 def test_bad_head_split_names_both_keys():
     with pytest.raises(ValueError, match=r"model\.d_model.*model\.n_heads"):
         DecoderLM(spec(d_model=30, n_heads=4))

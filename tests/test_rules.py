@@ -93,11 +93,15 @@ GOLDEN_RUN_DIRS = [
     # v0.3: the options of issue 13 (new placements, DyT, GQA, biases, tanh GELU, QK-norm, sinusoidal, presets)
     (["norm=dyt", "placement=peri"], "default/dyt-peri-relu-matched-wu30-ea2dcd4d/seed=0"),
     (["placement=deepnorm", "norm=rms", "norm.eps=1e-6"], "default/rms-deepnorm-relu-matched-wu30-aeec9cec/seed=0"),
-    (["+arch=llama", "model.n_kv_heads=2"], "default/rms-pre-swiglu-8_3d-kv2-wu30-e4fd76d1/seed=0"),
     (["+arch=gpt2"], "default/layer-pre-gelu-4d-bias-gelutanh-wu30-2ee83e28/seed=0"),
-    (["+arch=olmo2"], "default/rms-output-swiglu-8_3d-qkproj-wu30-b5f9c201/seed=0"),
     (["+arch=vaswani"], "default/layer-post-relu-4d-bias-sinusoidal-wu30-04672253/seed=0"),
     (["norm=dyt", "norm.alpha_init=0.8"], "default/dyt-pre-relu-matched-a0.8-wu30-f3ab3b13/seed=0"),
+    # issue 23: the llama and olmo2 presets took their checkpoints' RoPE base (500,000) and untied head, a change
+    # of what they compute, so their directories changed on purpose (no committed run used them)
+    (["+arch=llama", "model.n_kv_heads=2"], "default/rms-pre-swiglu-8_3d-kv2-rope500000-wu30-18c500f1/seed=0"),
+    (["+arch=olmo2"], "default/rms-output-swiglu-8_3d-qkproj-rope500000-wu30-ed9d1927/seed=0"),
+    (["+arch=gemma"], "default/rms-peri-geglu-4d-qkhead-gelutanh-embscale-rope1000000-wu30-4996f260/seed=0"),
+    (["model.rope_base=10000"], "default/layer-pre-relu-matched-wu30-d18382fd/seed=0"),  # the default: as before
 ]
 
 
