@@ -13,7 +13,7 @@ PYTHON_WHEELS ?= $(shell for p in python$(PY) $(HOME)/.pyenv/versions/$(PY)*/bin
                    $$p -c 'import sys' 2>/dev/null && { echo $$p; break; }; done)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-fast lint quickstart table data bench gpu-check wheelhouse check-wheelhouse \
+.PHONY: help install test test-fast lint quickstart table report data bench gpu-check wheelhouse check-wheelhouse \
         grad-at-init clean clean-runs
 
 help: ## list the targets
@@ -44,6 +44,9 @@ quickstart: install ## set up, run the quickstart sweep on the embedded corpus, 
 
 table: install ## results/runs -> results/tables/*.{md,csv,tex}, results/figures/*.png, a W&B run (TUNE=key MARGIN=nats)
 	$(BIN)/python scripts/make_table.py --results $(RESULTS) $(if $(TUNE),--tune $(TUNE)) $(if $(MARGIN),--margin $(MARGIN))
+
+report: install ## README's claims block and docs/results.md from results/claims.yaml and the runs (after make table)
+	$(BIN)/python -m mbexp.analysis.report --results $(RESULTS)
 
 data: install ## prepare the default corpus and print its statistics
 	$(BIN)/python -m mbexp.data

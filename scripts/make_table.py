@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from mbexp.analysis import outputs, render, table
+from mbexp.analysis import claims, outputs, render, report, table
 from mbexp.analysis.collect import collect_runs
 
 
@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runs = collect_runs(args.results, strict=args.strict)
         tables = table.tables_for(runs, dict(args.baseline), tune=args.tune, margin=args.margin)
+        verdicts = claims.evaluate_file(args.results / "claims.yaml", tables)  # none without a claims file
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
@@ -54,6 +55,10 @@ def main(argv: list[str] | None = None) -> int:
         fit = [p for p in paths if p.name == f"{experiment}_fit.md"]  # a size ladder's fit (scaling.write)
         if fit:
             print(fit[0].read_text(encoding="utf-8"))
+    claims_paths = outputs.write_claims(args.results, verdicts)
+    if claims_paths and not args.only:
+        print(f"## claims → {', '.join(map(str, claims_paths))}\n")
+        print(report.claims_markdown(verdicts))
     if args.wandb:
         from mbexp.analysis.wandb_run import log_tables
 

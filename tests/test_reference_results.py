@@ -45,6 +45,7 @@ def test_make_table_regenerates_the_committed_tables(tmp_path):
         copy = tmp_path / path.relative_to(RESULTS)
         copy.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, copy)
+    shutil.copyfile(RESULTS / "claims.yaml", tmp_path / "claims.yaml")  # -> tables/claims.{md,csv}
     proc = subprocess.run([sys.executable, "scripts/make_table.py", "--results", str(tmp_path), "--no-wandb"],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -56,3 +57,10 @@ def test_make_table_regenerates_the_committed_tables(tmp_path):
     for path in tables + figures:
         again = tmp_path / path.parent.name / path.name
         assert filecmp.cmp(again, path, shallow=False), f"{path.relative_to(REPO)} differs when regenerated"
+
+
+def test_readme_claims_and_results_page_are_what_make_report_writes():
+    """No hand-written verdict: the README's claims block and docs/results.md are generated (`make report`)."""
+    proc = subprocess.run([sys.executable, "-m", "mbexp.analysis.report", "--check"], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr

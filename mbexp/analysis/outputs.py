@@ -1,8 +1,9 @@
-"""The files `make table` writes: tables/<exp>.{md,csv,tex} and figures/<exp>_<figure>.png."""
+"""The files `make table` writes: tables/<exp>.{md,csv,tex}, figures/<exp>_<figure>.png, tables/claims.{md,csv}."""
 
 from pathlib import Path
 
-from mbexp.analysis import figures, render, scaling
+from mbexp.analysis import figures, render, report, scaling
+from mbexp.analysis.claims import Result
 from mbexp.analysis.table import Table
 from mbexp.io import atomic_write, write_text
 
@@ -23,3 +24,13 @@ def write_outputs(results_dir, tables: dict[str, Table]) -> dict[str, list[Path]
         paths += scaling.write(results_dir, table)  # a size ladder's fit: tables/<exp>_fit.*, figures/<exp>_ladder.png
         written[exp] = paths
     return written
+
+
+def write_claims(results_dir, results: list[Result]) -> list[Path]:
+    """tables/claims.{md,csv} from the claims' verdicts; nothing when there are no claims."""
+    if not results:
+        return []
+    paths = [Path(results_dir, "tables", f"claims.{ext}") for ext in ("md", "csv")]
+    for path, text in zip(paths, (report.claims_markdown(results), report.claims_csv(results))):
+        write_text(path, text)
+    return paths

@@ -5,6 +5,7 @@ import re
 
 import pandas as pd
 
+from mbexp.analysis import stats
 from mbexp.analysis.table import SENSITIVITY_AXES, Table, setting, short
 
 MARK_TEXT = {"better": "better", "worse": "worse", "equivalent": "equiv. ±{m}", "not resolved": "not resolved",
@@ -63,6 +64,8 @@ def display(table: Table) -> pd.DataFrame:
         cols[name] = [_cell(x, n) for x, n in zip(rows[name], rows[f"{name} n"])]
     if "sensitivity" in rows:
         cols["warm-up sens. (95% CI)"] = [_sensitivity(row) for _, row in rows.iterrows()]
+    if rows["slow_start"].astype(bool).any():
+        cols["slow start (seeds)"] = [s or "—" for s in rows["slow_start"]]
     if _same(rows["steps"]) is None:
         cols["steps"] = rows["steps"].map(lambda s: fmt(s, ".0f"))
     if _same(rows["tokens_seen"]) is None:
@@ -139,6 +142,10 @@ def legend(table: Table) -> str:
     if table.column in SENSITIVITY_AXES and len(table.columns) > 1:
         parts.append("warm-up sens.: final log-ppl at the smallest warm-up minus at the warm-up best on validation, "
                      "with a 95% interval over seeds (∞: it diverged).")
+    if table.rows["slow_start"].astype(bool).any():
+        parts.append(f"slow start: seeds whose early validation loss is more than {stats.SLOW_K:g} robust SDs "
+                     f"(1.4826 × MAD) above the median of the row's other seeds (at least {stats.SLOW_MIN_OTHERS}); "
+                     "shown, never dropped.")
     if split == "validation" and table.tuned:
         parts.append("Selection and report share the validation split: the chosen rows are biased low.")
     parts += [

@@ -109,3 +109,65 @@ def sensitivity(val: dict, report: dict, level: float = LEVEL) -> Interval:
         return Interval(math.inf)
     best = choose({k: v.mean() if len(v) else math.inf for k, v in val.items()})
     return compare(report[first], report[best], level) if best is not None else Interval(math.nan)
+
+
+POWER = 0.8
+SLOW_K = 5.0  # a run starts slowly when its early loss is this many robust SDs above its row's other seeds
+SLOW_MIN_OTHERS = 3  # below this many other seeds a median and MAD say nothing: no flag
+MAX_SEEDS = 1000  # seeds needed beyond this read as "more than 1000"
+
+
+def seed_deltas(a: pd.Series, b: pd.Series) -> pd.Series:
+    """a − b per seed both have (the paired differences an interval is made of), by seed."""
+    shared = a.index.intersection(b.index).sort_values()
+    return (a[shared] - b[shared]).astype(float)
+
+
+def beyond(interval: Interval, margin: float) -> float:
+    """One-sided p that Δ lies beyond ±margin on the side of its estimate (H0: |Δ| ≤ margin); NaN without an
+    interval. Small: the difference is resolved larger than the margin, which contradicts equivalence."""
+    d, se, df = interval.delta, interval.se, interval.df
+    if math.isnan(se):
+        return math.nan
+    if se == 0:
+        return 0.0 if abs(d) > margin else 1.0
+    return float(stats.t.sf((abs(d) - margin) / se, df))
+
+
+def power(n: int, effect: float, sd: float, alpha: float = ALPHA) -> float:
+    """Power of the two-sided one-sample (paired) t-test at level alpha with n seeds, when the true mean difference
+    is `effect` and the per-seed SD is `sd`: P(|T| > t_{1−α/2, n−1}) for T ~ noncentral t(n − 1, effect·√n / sd)."""
+    df, nc = n - 1, effect * math.sqrt(n) / sd
+    crit = stats.t.ppf(1 - alpha / 2, df)
+    return float(stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc))
+
+
+def seeds_needed(effect: float, sd: float, target: float = POWER, alpha: float = ALPHA) -> float:
+    """The least n ≥ 2 at which `power` reaches `target`; inf beyond MAX_SEEDS or for a zero effect; NaN when the
+    SD is unknown (fewer than 2 seeds). A zero SD resolves any nonzero effect with 2 seeds."""
+    if math.isnan(sd) or math.isnan(effect):
+        return math.nan
+    if effect == 0:
+        return math.inf
+    if sd == 0:
+        return 2.0
+    for n in range(2, MAX_SEEDS + 1):
+        if power(n, abs(effect), sd, alpha) >= target:
+            return float(n)
+    return math.inf
+
+
+def slow_starts(early: pd.Series, k: float = SLOW_K) -> list:
+    """Seeds whose early loss is more than k robust SDs above the median of the row's *other* seeds, the robust SD
+    being 1.4826 × their median absolute deviation; no flag with fewer than SLOW_MIN_OTHERS other seeds."""
+    early = early.dropna()
+    flagged = []
+    for seed, value in early.items():
+        others = early.drop(seed)
+        if len(others) < SLOW_MIN_OTHERS:
+            continue
+        centre = others.median()
+        spread = 1.4826 * (others - centre).abs().median()
+        if value - centre > k * spread:
+            flagged.append(seed)
+    return sorted(flagged)

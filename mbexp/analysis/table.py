@@ -33,6 +33,7 @@ class Table:
     reference: object = None  # the column value where Δ and the marks are computed
     tuned: str | None = None
     baseline: str = ""
+    seed_deltas: dict = field(default_factory=dict)  # label -> per-seed Δ vs the baseline (Series by seed)
 
     @property
     def report(self) -> str:
@@ -165,6 +166,25 @@ def _per_seed(runs: pd.DataFrame, key: str) -> pd.Series:
     return done.set_index("seed")[key].astype(float)
 
 
+def cell_runs(table: Table, label: str, value=None) -> pd.DataFrame:
+    """The runs of row `label` at column value `value` (the reference when None) and at the row's chosen tuned
+    value: the runs every number of that cell is made of."""
+    runs = table.runs[(table.runs["label"] == label) & table.runs["chosen"]]
+    if table.column:
+        runs = runs[runs["_col"] == (table.reference if value is None else value)]
+    return runs
+
+
+def losses_at(table: Table, label: str, value=None) -> pd.Series:
+    """Reported final loss per seed of a row's completed runs at a column value (see `cell_runs`)."""
+    return _per_seed(cell_runs(table, label, value), table.report)
+
+
+def slow_start_seeds(runs: pd.DataFrame) -> list:
+    """The seeds of a cell's completed runs flagged as slow starters by their early validation loss."""
+    return stats.slow_starts(_per_seed(runs, "early_val_loss"))
+
+
 def _row_stats(table: Table, runs: pd.DataFrame) -> dict:
     """One row: its cells at the chosen tuned values, and its statistics at the reference column."""
     first = runs.iloc[0]
@@ -203,6 +223,7 @@ def _row_stats(table: Table, runs: pd.DataFrame) -> dict:
         sens = stats.sensitivity({v: _per_seed(c, "final_val_loss") for v, c in cells.items()},
                                  {v: _per_seed(c, table.report) for v, c in cells.items()})
         row |= {"sensitivity": sens.delta, "sensitivity_low": sens.low, "sensitivity_high": sens.high}
+    row["slow_start"] = " ".join(map(str, slow_start_seeds(at)))
     row["_losses"] = _per_seed(at, table.report)
     return row
 
@@ -234,6 +255,11 @@ def pick_baseline(rows: pd.DataFrame, choice: str | None = None) -> int:
     return scores.index(max(scores))
 
 
+def seed_text(deltas: pd.Series) -> str:
+    """Per-seed Δ as `seed:Δ` pairs, space-separated (the CSV's one cell for them)."""
+    return " ".join(f"{seed}:{value:+.4f}" for seed, value in deltas.items())
+
+
 def _compare(table: Table, baseline: str | None) -> None:
     """Δ vs the baseline (paired and Welch), Holm-adjusted p and TOST p over the table's comparisons, marks."""
     rows = table.rows
@@ -241,17 +267,25 @@ def _compare(table: Table, baseline: str | None) -> None:
     table.baseline = rows.at[base, "label"]
     base_losses = rows.at[base, "_losses"]
     found = []
-    for losses in rows["_losses"]:
+    for label, losses in zip(rows["label"], rows["_losses"]):
         both = {"paired": stats.paired(losses, base_losses), "welch": stats.welch(losses, base_losses)}
         chosen = both["paired"] if both["paired"].method == "paired" else both["welch"]
+        narrow = stats.compare(losses, base_losses, level=0.90)
+        per_seed = stats.seed_deltas(losses, base_losses)
+        table.seed_deltas[label] = per_seed
         found.append({
             "delta": chosen.delta, "ci_low": chosen.low, "ci_high": chosen.high, "ci_method": chosen.method,
+            "ci90_low": narrow.low, "ci90_high": narrow.high,
             "p": chosen.p, "tost_p": stats.tost(chosen, table.margin),
             **{f"{m}_{k}": getattr(iv, k) for m, iv in both.items() for k in ("delta", "low", "high")},
+            "seed_deltas": seed_text(per_seed),
+            "seeds_needed": stats.seeds_needed(chosen.delta, per_seed.std(ddof=1))
+            if chosen.method == "paired" else math.nan,
         })
     delta = pd.DataFrame(found, index=rows.index)
     delta.loc[base] = math.nan
-    delta.loc[base, "ci_method"] = "baseline"
+    delta.loc[base, ["ci_method", "seed_deltas"]] = ["baseline", ""]
+    table.seed_deltas.pop(table.baseline, None)
     delta["p_holm"] = stats.holm(delta["p"])
     delta["tost_p_holm"] = stats.holm(delta["tost_p"])
     delta["mark"] = [stats.mark(d, p, t) for d, p, t in zip(delta["delta"], delta["p_holm"], delta["tost_p_holm"])]
