@@ -104,7 +104,7 @@ def plot_tuned(table: Table) -> Figure:
                     color=_style(i)["color"])
     if table.tuned in LOG_X:
         ax.set_xscale("log")
-    ax.set(xlabel=f"{table.tuned} (circled: chosen on validation)", ylabel="final validation log-ppl",
+    ax.set(xlabel=f"{table.tuned} (circled: chosen on validation)", ylabel="final validation log-ppl (± std, n ≥ 2)",
            title=table.experiment)
     return _legend(fig, ax)
 
