@@ -57,6 +57,10 @@ bench: install ## speed bar vs a plain loop (compile included), OMP wait policy,
 gpu-check: install ## on a CUDA machine: tests, bench, 200 steps of each GPU preset -> results/bench/cuda.json
 	$(BIN)/python scripts/gpu_check.py
 
+.PHONY: gpu-ladder-bench
+gpu-ladder-bench: install ## on a CUDA machine: a sweep sequential vs joblib 2/4/8 jobs on one GPU -> cuda.json (ARGS=...)
+	$(BIN)/python scripts/gpu_ladder_bench.py $(ARGS)
+
 wheelhouse: ## wheels of every dependency but torch, for Python PY=3.12, in wheelhouse/py3.12 (offline GPU nodes)
 	@test -n "$(PYTHON_WHEELS)" || { echo "make wheelhouse: no python$(PY) found; install one or set PYTHON_WHEELS=" >&2; exit 2; }
 	rm -rf $(WHEELHOUSE)/py$(PY) && mkdir -p $(WHEELHOUSE)/py$(PY)

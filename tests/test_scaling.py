@@ -85,6 +85,9 @@ def test_known_multiplier_lies_in_its_interval(tmp_path):
     assert ((swiglu["multiplier_low"] <= known) & (known <= swiglu["multiplier_high"])).all()
     assert (swiglu["multiplier_low"] > 1).all()  # the interval excludes "no gain"
     assert points.loc[points["variant"] == "layer-pre-relu-matched", "multiplier"].isna().all()
+    curves = by_variant(fitted(tmp_path))
+    swiglu = curves["layer-pre-swiglu-matched"]  # a constant m: its ratio's interval holds 1
+    assert swiglu["trend"] == "not resolved" and swiglu["trend_low"] < 1 < swiglu["trend_high"]
 
 
 def test_bootstrap_is_byte_stable(tmp_path):
@@ -104,6 +107,7 @@ def test_planted_crossover_is_found_and_parallel_curves_have_none(tmp_path):
     geglu = curves["layer-pre-geglu-matched"]
     assert geglu["crossover_where"] == "within" and geglu["crossover"] == pytest.approx(4e12, rel=0.5)
     assert curves["layer-pre-swiglu-matched"]["crossover_where"] in ("none", "beyond")  # parallel up to the noise
+    assert geglu["trend"] == "crosses 1 upward" and geglu["trend_low"] > 1  # behind at ladder64, ahead at ladder160
     assert scaling.crossover(base, curve(0.3, 4.2), 4e11, 1e13) == (pytest.approx(math.nan, nan_ok=True), "none")
     assert scaling.crossover(base, Curve(E, steeper.log_A, 0.4), 4e11, 1e12)[1] == "beyond"
     assert scaling.crossover(base, Curve(E, steeper.log_A - 5, 0.4), 4e11, 1e13)[1] == "none"  # crossed before
@@ -136,6 +140,15 @@ def test_a_budget_sweep_of_one_size_is_no_ladder(tmp_path):
     write_ladder(tmp_path, {"relu": curve(0.3, 4.3)}, sizes={"ladder64": 1e6}, steps=(200, 600, 1000))
     assert fitted(tmp_path) is None
     assert scaling.write(tmp_path, table.build_tables(tmp_path)["synth"]) == []
+
+
+def test_trend_reads_the_ratio_and_both_ends():
+    behind, ahead, level = (0.8, 0.7, 0.9), (1.3, 1.1, 1.5), (1.0, 0.9, 1.1)
+    assert scaling.trend(behind, ahead, (1.6, 1.3, 2.0)) == "crosses 1 upward"
+    assert scaling.trend(ahead, behind, (0.6, 0.5, 0.8)) == "crosses 1 downward"
+    assert scaling.trend(level, ahead, (1.3, 1.1, 1.6)) == "rises"  # the start's interval holds 1: no crossing
+    assert scaling.trend(ahead, level, (0.8, 0.7, 0.95)) == "falls"
+    assert scaling.trend(level, level, (1.0, 0.8, 1.2)) == "not resolved"
 
 
 def test_curve_inverse_and_the_floor():

@@ -208,8 +208,8 @@ def analyse(table: Table, resamples: int = RESAMPLES) -> Ladder | None:
     points["residual"] = points["loss"] - points["fitted"]
     base = curves[baseline]
     points["multiplier"] = [multiplier(base, curves[v], c) for v, c in zip(points["variant"], points["compute"])]
-    low, high = _bootstrap(points, baseline, params, resamples)
-    points["multiplier_low"], points["multiplier_high"] = low, high
+    draws = _bootstrap(points, baseline, params, resamples)
+    points["multiplier_low"], points["multiplier_high"] = _interval(draws)
     points.loc[points["variant"] == baseline, ["multiplier", "multiplier_low", "multiplier_high"]] = math.nan
     c_low, c_high = points["compute"].min(), points["compute"].max()
     rows = []
@@ -218,14 +218,15 @@ def analyse(table: Table, resamples: int = RESAMPLES) -> Ladder | None:
         cross, where = crossover(base, curve, c_low, c_high) if name != baseline else (math.nan, "baseline")
         rows.append({"variant": name, "alpha": curve.alpha, "E": curve.E, "A": curve.A,
                      "rms": float(np.sqrt(np.mean(mine["residual"] ** 2))), "points": len(mine),
-                     "crossover": cross, "crossover_where": where})
+                     "crossover": cross, "crossover_where": where,
+                     **(_trend(points, mine, draws) if name != baseline else {"trend": "baseline"})})
     ladder.curves = pd.DataFrame(rows)
     _held_out(ladder)
     return ladder
 
 
-def _bootstrap(points: pd.DataFrame, baseline: str, params: np.ndarray, resamples: int) -> tuple:
-    """Percentile interval of each point's multiplier over refits to seed-resampled means: seeds drawn with
+def _bootstrap(points: pd.DataFrame, baseline: str, params: np.ndarray, resamples: int) -> np.ndarray:
+    """Each point's multiplier (a column) over refits (rows) to seed-resampled means: seeds drawn with
     replacement within each point, the draw's deviation from the mean scaled by sqrt(n / (n - 1)) so that its
     variance is s²/n, not the plain bootstrap's (n - 1)/n of it (a one-seed point does not vary)."""
     rng = np.random.default_rng(RNG_SEED)
@@ -240,10 +241,40 @@ def _bootstrap(points: pd.DataFrame, baseline: str, params: np.ndarray, resample
             continue
         base = curves[baseline]
         draws[b] = [multiplier(base, curves[v], c) for v, c in zip(points["variant"], points["compute"])]
+    return draws
+
+
+def _interval(draws: np.ndarray) -> tuple:
+    """The LEVEL percentile interval of each column (NaN where no refit converged)."""
     tail = (1 - LEVEL) / 2 * 100
     with np.errstate(all="ignore"):
-        low, high = np.nanpercentile(draws, [tail, 100 - tail], axis=0)
-    return low, high
+        return tuple(np.nanpercentile(draws, [tail, 100 - tail], axis=0))
+
+
+def _trend(points: pd.DataFrame, mine: pd.DataFrame, draws: np.ndarray) -> dict:
+    """How a variant's multiplier moves from its smallest to its largest size, at its largest budget: the ratio
+    m(largest) / m(smallest) with its bootstrap interval (the same refits), read by `trend`."""
+    top = mine[mine["steps"] == mine["steps"].max()]
+    first, last = top.index[0], top.index[-1]  # points are sorted by size
+    if first == last:
+        return {"trend": "one size"}
+    low, high = _interval(draws[:, [last]] / draws[:, [first]])
+    m = points["multiplier"]
+    ends = [(m[i], points.at[i, "multiplier_low"], points.at[i, "multiplier_high"]) for i in (first, last)]
+    ratio = (m[last] / m[first], low[0], high[0])
+    return {"trend": trend(*ends, ratio), "trend_ratio": ratio[0], "trend_low": low[0],
+            "trend_high": high[0], "trend_from": points.at[first, "size"], "trend_to": points.at[last, "size"]}
+
+
+def trend(first: tuple, last: tuple, ratio: tuple) -> str:
+    """The multiplier's move along the ladder, from (m, low, high) at the smallest and at the largest size and
+    (ratio, low, high) of m(largest) / m(smallest): crosses 1 (both ends resolved, on either side of 1), rises or
+    falls (the ratio's interval excludes 1), or not resolved."""
+    if first[2] < 1 < last[1]:
+        return "crosses 1 upward"
+    if first[1] > 1 > last[2]:
+        return "crosses 1 downward"
+    return "rises" if ratio[1] > 1 else "falls" if ratio[2] < 1 else "not resolved"
 
 
 def _held_out(ladder: Ladder) -> None:
@@ -282,6 +313,18 @@ def _num(x, spec: str) -> str:
     return "—" if x is None or pd.isna(x) else "∞" if math.isinf(x) else format(x, spec)
 
 
+LEGEND = ("α, E, A: the fitted L(C) = E + A·C^-α (bounded α in (0, 2], E in [0, least mean loss); at bound: the "
+          "data did not pin it). RMS resid.: root mean square of mean loss − fitted loss over the variant's points, "
+          "in nats. Multiplier m = C_base(L_v(C)) / C, with C_base the baseline curve solved for the loss and L_v "
+          "the variant's fitted loss at its own compute C (> 1: the baseline needs m times the compute to match; ∞: "
+          "below the baseline's floor). m along the ladder: m(largest size) / m(smallest size) at the largest "
+          "budget with its interval from the same refits; rises / falls when that interval excludes 1, crosses 1 "
+          "when both ends' intervals are resolved on either side of 1. Crossover: the compute where the variant's "
+          "and the baseline's curves cross, within or beyond the data's compute range (none: at no compute the "
+          "ladder reaches or above). Held-out error: the prediction minus the runs' mean (docs/table.md, "
+          "\"Ladders\").")
+
+
 def to_markdown(ladder: Ladder) -> str:
     """The fit in markdown: the curves, the multipliers per ladder point, the held-out check, a legend."""
     if ladder.message:
@@ -291,14 +334,14 @@ def to_markdown(ladder: Ladder) -> str:
     lines = [f"**{ladder.experiment}** — L(C) = E + A·C^-α per variant, fitted to the mean final {ladder.split} "
              f"log-ppl over seeds at {n}, one floor E shared by every variant; C = FLOPs/token × tokens seen; "
              f"baseline `{base}`.", "",
-             "| variant | α | E (shared) | A | RMS resid. | points | crossover vs baseline |",
-             "|:---|---:|---:|---:|---:|---:|:---|"]
+             "| variant | α | E (shared) | A | RMS resid. | points | crossover vs baseline | m along the ladder |",
+             "|:---|---:|---:|---:|---:|---:|:---|:---|"]
     for _, c in curves.iterrows():
         where = c["crossover_where"]
         cross = f"{c['crossover']:.3g} FLOPs ({where} the data)" if where in ("within", "beyond") else where
         lines.append(f"| {c['variant']} | {c['alpha']:.3f}{_bound(c['alpha'], ALPHA_BOUNDS)} | "
                      f"{c['E']:.3f}{_bound(c['E'], (0.0, points['loss'].min()))} | {c['A']:.4g} | {c['rms']:.4f} | "
-                     f"{c['points']} | {cross} |")
+                     f"{c['points']} | {cross} | {_trend_cell(c)} |")
     others = [v for v in curves["variant"] if v != base]
     if others:
         lines += ["", f"Compute multiplier vs `{base}` ({LEVEL:.0%} bootstrap interval over seeds, "
@@ -314,6 +357,13 @@ def to_markdown(ladder: Ladder) -> str:
             lines.append(f"| {size} | {params} | {steps} | " + " | ".join(cells) + " |")
     lines += ["", *_held_out_lines(ladder), "", LEGEND]
     return "\n".join(lines) + "\n"
+
+
+def _trend_cell(curve: pd.Series) -> str:
+    if "trend_ratio" not in curve or pd.isna(curve["trend_ratio"]):
+        return curve["trend"]
+    return f"{curve['trend']}: {curve['trend_from']} → {curve['trend_to']} ×{curve['trend_ratio']:.2f} " \
+           f"[{_num(curve['trend_low'], '.2f')}, {_num(curve['trend_high'], '.2f')}]"
 
 
 def _bound(value: float, bounds: tuple[float, float]) -> str:
@@ -345,15 +395,6 @@ def _held_out_lines(ladder: Ladder) -> list[str]:
         lines += ["", f"Ranking at {size}, {steps} steps, predicted {verdict}: predicted {' < '.join(predicted)}; "
                       f"measured {' < '.join(measured)}."]
     return lines
-
-
-LEGEND = ("α, E, A: the fitted L(C) = E + A·C^-α (bounded α in (0, 2], E in [0, least mean loss)); RMS resid.: "
-            "root mean square of mean loss − fitted loss over the variant's points, in nats. Multiplier m = "
-            "C_base(L_v(C)) / C, with C_base the baseline curve solved for the loss, and L_v the variant's fitted "
-            "loss at its own compute C (> 1: the baseline needs m times the compute to match; ∞: below the "
-            "baseline's floor). Crossover: the compute where the variant's and the baseline's curves cross (within or "
-            "beyond the data's compute range; none: not at any compute the ladder reaches or above). Held-out "
-            "error: the prediction minus the runs' mean (docs/table.md, \"Ladders\").")
 
 
 def to_csv(ladder: Ladder) -> str:
