@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
-from mbexp import checkpoint, distributed
+from mbexp import checkpoint, distributed, speed
 from mbexp.config import Config, ConfigError, model_spec, to_object
 from mbexp.data import Batches, TokenData, prepare
 from mbexp.io import FINISHED, read_summary, write_json, write_text
@@ -36,15 +36,6 @@ from mbexp.runs import (
 from mbexp.schedule import lr_at
 
 log = logging.getLogger("mbexp")
-# compile=auto compiles a run of at least this many steps, per device type: where compiling has paid its time
-# back on every model measured (a sweep pays it once per shape: in-process reuse, then inductor's disk cache).
-# - cpu: the 2-core development CPU (`make bench`, model=tiny, batch 16 x 128, bf16; README, Speed): the
-#   compile took 28.5 s and saved 0.04 s/step, paying after 700 steps (290 under heavy load); the default
-#   300-step run stays eager, the 2,000-step budgets compile.
-# - cuda: one H200 (results/bench/cuda.json; README, GPU check): model=tiny compiled in 20.4 s and paid after
-#   3,417 steps; the GPU presets' 21M-parameter model (64 x 256 tokens, bf16) in 18.2 s, saving 8.4 ms/step
-#   (828k eager, 1.44M tokens/s compiled), paying after 2,170 steps. Their 4,000-step runs compile.
-COMPILE_MIN_STEPS = {"cpu": 1000, "cuda": 3500}
 
 
 def resolve_device(name: str) -> torch.device:
@@ -53,13 +44,6 @@ def resolve_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device=cuda but no CUDA device is visible; use device=auto or device=cpu")
     return torch.device(name)
-
-
-def resolve_compile(setting: str, device: torch.device, steps: int) -> bool:
-    """compile=auto: when the run is long enough to pay the compile time back on this device type."""
-    if setting != "auto":
-        return setting == "true"
-    return steps >= COMPILE_MIN_STEPS.get(device.type, COMPILE_MIN_STEPS["cpu"])
 
 
 def use_inductor_cache(cache_dir: str) -> None:
@@ -72,24 +56,6 @@ def use_inductor_cache(cache_dir: str) -> None:
 def compile_model(model: torch.nn.Module) -> torch.nn.Module:
     """torch.compile for the fixed shapes of training batches."""
     return torch.compile(model, dynamic=False)
-
-
-def cpu_has_bf16() -> bool:
-    """Whether this CPU has native bf16 matmul instructions (AVX512-BF16 or AMX)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """auto: bf16 autocast where the hardware runs it natively (faster, see scripts/bench.py), else fp32."""
-    if precision != "auto":
-        return precision
-    if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    return "bf16" if cpu_has_bf16() else "fp32"
 
 
 def autocast(device: torch.device, precision: str):
@@ -231,10 +197,11 @@ def _train(cfg: Config, data: TokenData, directory: Path, chash: str, device: to
         checkpoint.remove(directory)
     torch.manual_seed(cfg.seed)
     model = DecoderLM(model_spec(cfg, data.vocab_size)).to(device)
+    found = speed.measured(cfg.data.cache_dir, device, model.spec, cfg.train.batch_size)  # `make bench`'s record
     learner = Learner(model, make_optimizer(model, cfg.optim, device),
                       Batches(data, seq_len=cfg.model.seq_len, batch_size=cfg.train.batch_size, seed=cfg.seed,
                               val_windows=cfg.data.val_windows, rank=ddp.rank, world_size=ddp.world_size),
-                      device, resolve_precision(cfg.precision, device))
+                      device, speed.resolve_precision(cfg.precision, device, found))
     run = _RunState(cfg, directory, chash, ddp)
     state = None if cfg.force else checkpoint.load(directory, config_hash=chash)
     if state is not None:
@@ -245,7 +212,7 @@ def _train(cfg: Config, data: TokenData, directory: Path, chash: str, device: to
         run.restore(state)
         log.info("resuming %s from step %d", directory, run.step)
     distributed.barrier(ddp)  # every rank has read the checkpoint before rank 0 writes anything
-    compiled = resolve_compile(cfg.compile, device, cfg.train.steps)
+    compiled = speed.resolve_compile(cfg.compile, device, cfg.train.steps, learner.precision, found)
     run.start(param_counts(model), model, data, learner.precision, device, compiled)
     if ddp.enabled:
         ids = [device.index] if device.type == "cuda" else None

@@ -1,26 +1,9 @@
-"""compile=auto|true|false: the rule, the config, and a sweep that compiles each shape once."""
+"""compile=auto|true|false: the config, and a sweep that compiles each shape once (the auto rule: test_speed.py)."""
 
 import pytest
-import torch
 from tiny import mbexp_train, overrides, summaries
 
 from mbexp.config import ConfigError, compose_config, to_object
-from mbexp.trainer import COMPILE_MIN_STEPS, resolve_compile
-
-CPU, CUDA = torch.device("cpu"), torch.device("cuda")
-
-
-def test_compile_auto_compiles_only_runs_long_enough_to_pay_it_back():
-    for device in (CPU, CUDA):
-        assert not resolve_compile("auto", device, COMPILE_MIN_STEPS[device.type] - 1)
-        assert resolve_compile("auto", device, COMPILE_MIN_STEPS[device.type])
-    assert resolve_compile("true", CPU, 1) and not resolve_compile("false", CUDA, 10**6)
-    assert 300 < COMPILE_MIN_STEPS["cpu"] <= 2000  # on a CPU the default 300-step run stays eager, 2,000 steps compile
-    # on CUDA the break-even measured on an H200 was 3,417 steps for model=tiny: its 2,000-step budgets stay eager,
-    # the GPU presets' 4,000-step runs compile
-    assert 3417 <= COMPILE_MIN_STEPS["cuda"] <= 4000
-    preset = to_object(compose_config(["+experiment=shazeer_ffn"]))
-    assert resolve_compile(preset.compile, CUDA, preset.train.steps)
 
 
 def test_compile_config_takes_auto_true_false_and_names_them_otherwise():

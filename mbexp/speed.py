@@ -1,0 +1,149 @@
+"""precision=auto and compile=auto: what was measured faster on this machine for this shape of run, else a rule
+from the measurements below. Pure rules; the record is a JSON file `make bench` writes (scripts/bench.py).
+
+The record, `<data.cache_dir>/speed.json` (beside inductor's cache), is keyed by the machine (device, CPU model
+and ISA flags or GPU name, torch version, threads) and then by the run's shape (the ModelSpec and batch size):
+    {machine: {shape: {"about": {...}, "precision": {...}, "compile": {"fp32": {...}, "bf16": {...}}}}}
+"""
+
+import hashlib
+import json
+import re
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from mbexp.io import write_json
+
+RECORD_FILE = "speed.json"
+# The ISA flags (of /proc/cpuinfo) that decide CPU speed here: bf16 matmuls need AVX512-BF16 or AMX.
+ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
+MIN_SPEEDUP = 1.05  # "measurably faster": beyond the few-% spread of identical runs on a shared machine
+VAL_LOSS_TOLERANCE = 0.01  # bf16 autocast counts as "equal loss" within 1% of fp32's final val loss
+# compile=auto with a record: compile when the run pays the (cold-cache) compile time back PAYBACK times over,
+# so a noisy break-even estimate cannot make a run slower than eager.
+PAYBACK = 1.5
+# compile=auto without a record: the run length from which compiling paid, by device type and precision
+# (None: never). Measured with `make bench` (model=tiny, batch 16 x 128) and plain runs:
+# - cpu, bf16 (2-core AMD EPYC with AVX512-BF16, torch 2.13; README, Speed): compiling took 28.5 s and saved
+#   0.04 s/step (1.33x the plain loop), paying after 700 steps; the default 300-step run stays eager.
+# - cpu, fp32 (2-core AMD EPYC without AVX512 or bf16, torch 2.13; issue 24): compiled 0.91x eager at steady
+#   state (8,915 vs 9,638 tokens/s), 0.85x over a whole 2,000-step run; plain 400-step runs 0.86-0.88x. Never.
+# - cuda (one H200; results/bench/cuda.json): model=tiny compiled in 20.4 s and paid after 3,417 steps; the GPU
+#   presets' 21M-parameter model paid after 2,170 steps. Their 4,000-step runs compile. (Measured at bf16;
+#   fp32 on CUDA keeps the same rule, unmeasured.)
+COMPILE_MIN_STEPS = {("cpu", "bf16"): 1000, ("cpu", "fp32"): None, ("cuda", "bf16"): 3500, ("cuda", "fp32"): 3500}
+
+
+def cpuinfo() -> str:
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+
+
+def cpu_model(info: str) -> str:
+    """The CPU's model name in /proc/cpuinfo text ('' when it has none)."""
+    found = re.search(r"^model name\s*:\s*(.+)$", info, re.M)
+    return found.group(1).strip() if found else ""
+
+
+def isa_flags(info: str) -> list[str]:
+    """The ISA_FLAGS this CPU has, from /proc/cpuinfo text."""
+    found = re.search(r"^flags\s*:\s*(.+)$", info, re.M)
+    have = set(found.group(1).split()) if found else set()
+    return [f for f in ISA_FLAGS if f in have]
+
+
+def native_bf16(flags: list[str]) -> bool:
+    """Whether a CPU with these ISA flags has bf16 matmul instructions (AVX512-BF16 or AMX)."""
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def cpu_has_bf16() -> bool:
+    return native_bf16(isa_flags(cpuinfo()))
+
+
+def machine_key(device: torch.device) -> str:
+    """What the speed of a step depends on besides the run: e.g. 'cpu AMD EPYC [avx2 avx512f avx512_bf16],
+    torch 2.13.0+cpu, 2 threads'."""
+    if device.type == "cuda":
+        return f"cuda {torch.cuda.get_device_name(device)}, torch {torch.__version__}"
+    info = cpuinfo()
+    return (f"{device.type} {cpu_model(info) or 'unknown CPU'} [{' '.join(isa_flags(info))}], "
+            f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+
+
+def shape_key(spec, batch_size: int) -> str:
+    """A run's shape, the other half of the key: its ModelSpec and batch size, hashed (12 hex digits)."""
+    text = json.dumps(asdict(spec) | {"batch_size": batch_size}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def record_path(cache_dir: str | Path) -> Path:
+    return Path(cache_dir) / RECORD_FILE
+
+
+def measured(cache_dir: str | Path, device: torch.device, spec, batch_size: int) -> dict:
+    """What the record holds for this machine and shape ({} when nothing, or when it is unreadable)."""
+    try:
+        record = json.loads(record_path(cache_dir).read_text())
+    except (OSError, ValueError):
+        return {}
+    return record.get(machine_key(device), {}).get(shape_key(spec, batch_size), {})
+
+
+def record(cache_dir: str | Path, device: torch.device, spec, batch_size: int, about: dict, **found) -> None:
+    """Merge measurements (precision={...} or compile={precision: {...}}) into this machine's record of a shape."""
+    path = record_path(cache_dir)
+    try:
+        whole = json.loads(path.read_text())
+    except (OSError, ValueError):
+        whole = {}
+    entry = whole.setdefault(machine_key(device), {}).setdefault(shape_key(spec, batch_size), {})
+    entry["about"] = about
+    if "precision" in found:
+        entry["precision"] = found["precision"]
+    if "compile" in found:  # one precision's measurement leaves the other's
+        entry["compile"] = entry.get("compile", {}) | found["compile"]
+    write_json(path, whole)
+
+
+def bf16_pays(m: dict) -> bool:
+    """A precision measurement {fp32_tokens_s, bf16_tokens_s, val_loss_rel_diff}: bf16 measurably faster at
+    equal loss."""
+    return (m["bf16_tokens_s"] >= MIN_SPEEDUP * m["fp32_tokens_s"]
+            and abs(m["val_loss_rel_diff"]) <= VAL_LOSS_TOLERANCE)
+
+
+def compile_pays(m: dict, steps: int) -> bool:
+    """A compile measurement {eager_step_s, compiled_step_s, compile_s}: a run of `steps` steps is measurably
+    faster per step compiled and pays the compile time back PAYBACK times over."""
+    saved = m["eager_step_s"] - m["compiled_step_s"]
+    return (m["eager_step_s"] >= MIN_SPEEDUP * m["compiled_step_s"]
+            and (steps - 1) * saved >= PAYBACK * m["compile_s"])
+
+
+def resolve_precision(setting: str, device: torch.device, found: dict | None = None) -> str:
+    """precision=auto: bf16 autocast where the record measured it faster at equal loss; without a record, where
+    the hardware runs it natively (a CPU with AVX512-BF16 or AMX: 1.25x fp32, README, Speed), else fp32."""
+    if setting != "auto":
+        return setting
+    if found and "precision" in found:
+        return "bf16" if bf16_pays(found["precision"]) else "fp32"
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    return "bf16" if cpu_has_bf16() else "fp32"
+
+
+def resolve_compile(setting: str, device: torch.device, steps: int, precision: str,
+                    found: dict | None = None) -> bool:
+    """compile=auto: where the record measured compiling to pay for a run this long at this precision; without
+    a record, by COMPILE_MIN_STEPS."""
+    if setting != "auto":
+        return setting == "true"
+    if found and precision in found.get("compile", {}):
+        return compile_pays(found["compile"][precision], steps)
+    min_steps = COMPILE_MIN_STEPS.get((device.type, precision))
+    return min_steps is not None and steps >= min_steps
