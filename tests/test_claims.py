@@ -107,6 +107,9 @@ def test_one_seed_is_not_tested_and_unknown_rows_or_experiments_are_said(tmp_pat
     assert one.verdict == "not tested" and [c.mark for c in one.comparisons] == ["not tested"] * 2
     assert result(tmp_path, rows=["layer-pre-glu-matched"]).qualifiers == ["rows not in quick: layer-pre-glu-matched"]
     assert result(tmp_path, experiment="nope").verdict == "not tested"
+    no_warmups = result(tmp_path, statistic="sensitivity", rows=[A], baseline=None)
+    assert no_warmups.verdict == "not tested" and no_warmups.qualifiers == ["quick has no column of warm-up settings"]
+    assert result(tmp_path, at={"train.steps": 300}).qualifiers == ["quick has no column train.steps=300"]
 
 
 def test_sensitivity_claim_reads_each_rows_warmup_sensitivity(tmp_path):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from mbexp.analysis import stats
-from mbexp.analysis.table import Table, cell_runs, losses_at, setting, slow_start_seeds
+from mbexp.analysis.table import SENSITIVITY_AXES, Table, cell_runs, losses_at, setting, slow_start_seeds
 
 HYPOTHESES = ("better", "worse", "equivalent", "ordering")
 STATISTICS = ("delta", "sensitivity")
@@ -153,7 +153,7 @@ def evaluate_claim(claim: Claim, table: Table | None) -> Result:
     value = _at_value(claim, table)
     if unknown or value is _MISSING:
         why = f"rows not in {claim.experiment}: {', '.join(unknown)}" if unknown else \
-            f"{claim.experiment} has no column {_at_text(claim)}"
+            f"{claim.experiment} has no column {_at_text(claim) or 'of warm-up settings'}"
         return Result(claim, [], "not tested", "not tested", {}, [why])
     comparisons = family(claim, table, value)
     planned = family(claim, table, value, seeds=set(claim.seeds))
@@ -168,8 +168,10 @@ _MISSING = object()
 
 def _at_value(claim: Claim, table: Table):
     """The column value the claim is read at; None when the table has no column axis or the claim spans it."""
-    if claim.statistic == "sensitivity" or not claim.at:
-        return None if claim.statistic == "sensitivity" or not table.column else table.reference
+    if claim.statistic == "sensitivity":
+        return None if table.column in SENSITIVITY_AXES and len(table.columns) > 1 else _MISSING
+    if not claim.at:
+        return table.reference if table.column else None
     (key, value), = claim.at
     if key != table.column:
         return _MISSING
