@@ -7,8 +7,9 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
+from mbexp import names
 from mbexp.corpus import CORPORA
-from mbexp.names import FFNS, GELU_FFNS, GELUS, HIDDEN_RULES, NORM_OPTIONS, NORMS, PLACEMENTS, POSITIONS, QK_NORMS
+from mbexp.names import FFNS, GELU_FFNS, GELUS, HIDDEN_RULES, NORMS, PLACEMENTS, POSITIONS, QK_NORMS
 from mbexp.schedule import SCHEDULES
 
 LOGGERS = ("wandb", "none")
@@ -237,19 +238,9 @@ def _check_model_options(cfg: Config) -> None:
         raise ConfigError(f"ffn.gelu={cfg.ffn.gelu} applies only to ffn={' or ffn='.join(GELU_FFNS)}; "
                           f"with ffn={cfg.ffn.name} leave ffn.gelu=exact")
     options = {key: getattr(cfg.norm, key) for key in ("eps", "bias", "alpha_init")}
-    if message := misapplied_norm_option(cfg.norm.name, options):
+    defaults = {key: getattr(NormConfig, key) for key in options}
+    if message := names.misapplied_norm_option(cfg.norm.name, options, defaults):
         raise ConfigError(message)
-
-
-def misapplied_norm_option(norm: str, options: dict[str, Any]) -> str | None:
-    """The error for the first norm.* option that `norm` cannot take (names.NORM_OPTIONS) set away from its
-    NormConfig default, else None; config validation and norms.build_norm both ask this."""
-    takes = NORM_OPTIONS[norm]
-    for key, value in options.items():
-        if key not in takes and value != getattr(NormConfig, key):
-            return (f"norm.{key}={value} does not apply to norm={norm}; "
-                    f"norm={norm} takes: {', '.join(f'norm.{k}' for k in takes)}")
-    return None
 
 
 def to_object(cfg: DictConfig | Config) -> Config:

@@ -1,6 +1,6 @@
 """The names of every option of the block's axes, in table order. Torch-free, so that `make table`
-and the config checks can use them without loading the model; each dispatch registry (norms.NORMS,
-ffn.ACTIVATIONS, model.FINAL_NORM, ...) is keyed by exactly these names, which tests/test_model.py checks."""
+and the config checks can use them without loading the model; each dispatch registry (model.norms.NORMS,
+model.ffn.ACTIVATIONS, model.FINAL_NORM, ...) is keyed by exactly these names, which tests/test_model.py checks."""
 
 NORMS = ("layer", "rms", "dyt")
 # the norm.* options each norm takes; any other norm.* key must keep its default (config.validate)
@@ -14,3 +14,14 @@ HIDDEN_RULES = ("matched", "4d", "8_3d")
 POSITIONS = ("rope", "learned", "sinusoidal")
 QK_NORMS = ("none", "head", "proj")  # head: each head's dims (Gemma 3, Qwen 3); proj: the whole projection (OLMo 2)
 ARCHS = ("gpt2", "llama", "vaswani", "olmo2", "gemma")  # conf/arch presets
+
+
+def misapplied_norm_option(norm: str, options: dict, defaults: dict) -> str | None:
+    """The error for the first norm.* option that `norm` does not take (NORM_OPTIONS) yet is set away from its
+    default, else None. Config validation asks it with NormConfig's defaults, norms.build_norm with the norms'."""
+    takes = NORM_OPTIONS[norm]
+    for key, value in options.items():
+        if key not in takes and value != defaults[key]:
+            return (f"norm.{key}={value} does not apply to norm={norm}; "
+                    f"norm={norm} takes: {', '.join(f'norm.{k}' for k in takes)}")
+    return None

@@ -35,11 +35,11 @@ import torch
 from mbexp import speed
 from mbexp.config import Config, compose_config, model_spec, to_object
 from mbexp.data import Batches, TokenData, prepare
-from mbexp.ffn import FFNS
 from mbexp.io import write_json
 from mbexp.model import FLOPS_FORMULA, DecoderLM, param_counts
 from mbexp.model import flops_per_token as model_flops_per_token
-from mbexp.norms import NORMS, build_norm
+from mbexp.model.ffn import FFNS
+from mbexp.model.norms import NORMS, build_norm
 from mbexp.runs import run_dir
 from mbexp.schedule import lr_at
 from mbexp.speed import MIN_SPEEDUP, VAL_LOSS_TOLERANCE

@@ -4,10 +4,10 @@ import pytest
 from tiny import clean, mbexp_train, overrides, summaries
 
 from mbexp.config import CONF_DIR, ConfigError, compose_config, to_object
-from mbexp.ffn import FFNS, HIDDEN_RULES
 from mbexp.model import PLACEMENTS
+from mbexp.model.ffn import FFNS, HIDDEN_RULES
+from mbexp.model.norms import NORMS
 from mbexp.names import ARCHS
-from mbexp.norms import NORMS
 
 GROUP_OPTIONS = {
     "norm": list(NORMS), "placement": list(PLACEMENTS), "ffn": list(FFNS), "hidden": list(HIDDEN_RULES),

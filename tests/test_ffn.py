@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from mbexp.ffn import FFN, FFNS, GATED, HIDDEN_RULES, ffn_hidden_dim
+from mbexp.model.ffn import FFN, FFNS, GATED, HIDDEN_RULES, ffn_hidden_dim
 
 TWO_MATRIX = ("relu", "gelu", "swish")
 ALL = TWO_MATRIX + ("glu", "bilinear", "reglu", "geglu", "swiglu")

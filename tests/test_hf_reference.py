@@ -170,7 +170,7 @@ def idx():
 
 def test_llama_width_rule_is_mbexps_8_3d_at_the_checkpoints_and_here():
     """Llama 2 7B and 13B (and OLMo 2 7B, 13B): D 4096 -> 11008, D 5120 -> 13824 with multiple_of 256."""
-    from mbexp.ffn import ffn_hidden_dim
+    from mbexp.model.ffn import ffn_hidden_dim
 
     for d, want in ((4096, 11008), (5120, 13824)):
         assert llama_ffn_width(d, 256) == want == ffn_hidden_dim(d, ffn="swiglu", rule="8_3d", multiple_of=256)

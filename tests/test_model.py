@@ -10,9 +10,9 @@ from torch import nn
 
 from mbexp import config, names
 from mbexp.config import Config, model_spec, spec_key
-from mbexp.ffn import ACTIVATIONS, FFNS, GELUS, HIDDEN_RULES
 from mbexp.model import FINAL_NORM, PLACEMENTS, Block, DecoderLM, ModelSpec, param_counts
-from mbexp.norms import NORMS
+from mbexp.model.ffn import ACTIVATIONS, FFNS, GELUS, HIDDEN_RULES
+from mbexp.model.norms import NORMS
 
 SMALL = dict(vocab_size=256, d_model=32, n_layers=2, n_heads=2, seq_len=16)
 

@@ -5,7 +5,8 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from mbexp.norms import NORMS, DyT, LayerNorm, RMSNorm, build_norm
+from mbexp.config import NormConfig
+from mbexp.model.norms import NORMS, OPTION_DEFAULTS, DyT, LayerNorm, RMSNorm, build_norm
 
 X = torch.tensor([2.0, -1.0, 0.0, 3.0])
 
@@ -108,6 +109,12 @@ def test_an_option_the_norm_cannot_take_raises():
     with pytest.raises(ValueError, match=r"norm\.alpha_init.*norm=layer"):
         build_norm("layer", 8, alpha_init=1.0)
     assert build_norm("dyt", 8, eps=1e-5, bias=False).alpha.item() == 0.5  # defaults pass through
+
+
+def test_the_norms_defaults_are_the_configs():
+    """build_norm lets an option pass at its norm's own default (OPTION_DEFAULTS), config validation at
+    NormConfig's: the same values, so the two accept the same settings."""
+    assert OPTION_DEFAULTS == {key: getattr(NormConfig, key) for key in ("eps", "bias", "alpha_init")}
 
 
 def test_dyt_formula_and_its_learnable_alpha():

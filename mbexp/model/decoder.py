@@ -8,9 +8,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from mbexp import names
-from mbexp.attention import CausalSelfAttention
-from mbexp.ffn import FFN, ffn_hidden_dim
-from mbexp.norms import build_norm
+from mbexp.model.attention import CausalSelfAttention
+from mbexp.model.ffn import FFN, ffn_hidden_dim
+from mbexp.model.norms import build_norm
 
 PLACEMENTS = names.PLACEMENTS
 POSITIONS = names.POSITIONS

@@ -1,10 +1,11 @@
 """Normalisation layers: LayerNorm, RMSNorm and DyT (docs/model.md, "Norms"), keyed by name."""
 
+import inspect
+
 import torch
 from torch import nn
 
 from mbexp import names
-from mbexp.config import misapplied_norm_option
 
 
 class LayerNorm(nn.Module):
@@ -49,14 +50,17 @@ class DyT(nn.Module):
 
 
 NORMS = {"layer": LayerNorm, "rms": RMSNorm, "dyt": DyT}
+# each norm.* option's default, as the norm that takes it declares it: build_norm lets it pass to the other norms
+OPTION_DEFAULTS = {key: p.default for norm in NORMS.values() for key, p in inspect.signature(norm).parameters.items()
+                   if p.default is not p.empty}
 
 
 def build_norm(name: str, dim: int, **options) -> nn.Module:
     """The norm called `name` with the norm.* `options` it takes (names.NORM_OPTIONS); an unknown name lists
-    the valid ones, and an option the norm cannot take, set away from its NormConfig default, is an error."""
+    the valid ones, and an option the norm cannot take, set away from its default (OPTION_DEFAULTS), is an error."""
     if name not in NORMS:
         raise ValueError(f"unknown norm '{name}'; valid: {', '.join(NORMS)}")
-    if message := misapplied_norm_option(name, options):
+    if message := names.misapplied_norm_option(name, options, OPTION_DEFAULTS):
         raise ValueError(message)
     takes = names.NORM_OPTIONS[name]
     return NORMS[name](dim, **{key: value for key, value in options.items() if key in takes})

@@ -1,0 +1,20 @@
+"""The model: norms (norms.py), FFNs and the width rule (ffn.py), attention (attention.py), and the block and
+decoder-only LM they build (decoder.py), whose public names are importable from here (docs/model.md)."""
+
+from mbexp.model.decoder import (
+    FINAL_NORM,
+    FLOPS_FORMULA,
+    PLACEMENTS,
+    POSITIONS,
+    Block,
+    DecoderLM,
+    ModelSpec,
+    deepnorm_alpha,
+    deepnorm_beta,
+    deepnorm_init_,
+    flops_per_token,
+    param_counts,
+)
+
+__all__ = ["FINAL_NORM", "FLOPS_FORMULA", "PLACEMENTS", "POSITIONS", "Block", "DecoderLM", "ModelSpec",
+           "deepnorm_alpha", "deepnorm_beta", "deepnorm_init_", "flops_per_token", "param_counts"]

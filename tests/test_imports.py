@@ -1,0 +1,77 @@
+"""The package's imports run one way: the graph of imports between mbexp's modules has no circle."""
+
+import ast
+from pathlib import Path
+
+import mbexp
+
+PACKAGE = Path(mbexp.__file__).resolve().parent
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = path.relative_to(root.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """Each module of the package under `root` -> the package's modules it imports, at module level or inside a
+    function (a deferred import that closes a circle is still one: issue 23's config -> model -> norms -> config
+    ran through config.model_spec's); `from a import b` counts the module a.b where there is one, else a."""
+    paths = {module_name(p, root): p for p in root.rglob("*.py")}
+    graph = {}
+    for name, path in paths.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+                base = node.module if not node.level else ".".join(  # from ..a import b: relative to the package
+                    package[:len(package) - node.level + 1] + ([node.module] if node.module else []))
+                targets |= {f"{base}.{a.name}" if f"{base}.{a.name}" in paths else base for a in node.names}
+        graph[name] = {t for t in targets if t in paths and t != name}
+    return graph
+
+
+def find_circle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle as [a, b, ..., a], or None (depth-first search; 1: on the path, 2: done)."""
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (circle := visit(nxt, [*path, nxt])):
+                return circle
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (circle := visit(node, [node])):
+            return circle
+    return None
+
+
+def test_mbexp_imports_run_one_way():
+    graph = import_graph(PACKAGE)
+    assert find_circle(graph) is None, " -> ".join(find_circle(graph))
+    # the model is a subpackage that the config feeds and that never reads the config
+    assert {"mbexp.model.norms", "mbexp.model.ffn", "mbexp.model.attention"} <= graph["mbexp.model.decoder"]
+    assert "mbexp.names" in graph["mbexp.config"] and "mbexp.names" in graph["mbexp.model.norms"]
+    assert not any(target == "mbexp.config" for m in graph if m.startswith("mbexp.model") for target in graph[m])
+
+
+def test_the_check_finds_issue_23s_circle_deferred_imports_included(tmp_path):
+    files = {"__init__.py": "", "names.py": "", "config.py": "def spec():\n    from pkg.model import Spec\n",
+             "model/__init__.py": "from pkg.model.norms import build\n",
+             "model/norms.py": "from ..config import rule\n"}
+    for name, text in files.items():
+        (tmp_path / "pkg" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "pkg" / name).write_text(text)
+    graph = import_graph(tmp_path / "pkg")
+    assert graph["pkg.model.norms"] == {"pkg.config"} and graph["pkg.config"] == {"pkg.model"}
+    assert find_circle(graph) == ["pkg.config", "pkg.model", "pkg.model.norms", "pkg.config"]
+    (tmp_path / "pkg/model/norms.py").write_text("from pkg import names\n")  # the rule moved to names: one way
+    graph = import_graph(tmp_path / "pkg")
+    assert graph["pkg.model.norms"] == {"pkg.names"} and find_circle(graph) is None
