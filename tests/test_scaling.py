@@ -3,6 +3,7 @@ from known curves, and a real tiny ladder end to end."""
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -88,6 +89,16 @@ def test_known_multiplier_lies_in_its_interval(tmp_path):
     curves = by_variant(fitted(tmp_path))
     swiglu = curves["layer-pre-swiglu-matched"]  # a constant m: its ratio's interval holds 1
     assert swiglu["trend"] == "not resolved" and swiglu["trend_low"] < 1 < swiglu["trend_high"]
+
+
+def test_one_seed_per_point_gives_no_interval(tmp_path):
+    write_ladder(tmp_path, {"relu": curve(0.3, 4.3), "swiglu": curve(0.3, 4.2)}, seeds=1)
+    ladder = fitted(tmp_path, resamples=20)
+    assert ladder.points["multiplier"].notna().sum() == 8 and ladder.points["multiplier_low"].isna().all()
+    md = scaling.to_markdown(ladder)
+    assert "(no interval: one seed per point)" in md
+    assert re.search(r"^\| ladder64 \| 166,666 \| 200 \| 1\.\d\d \|$", md, re.M)  # a multiplier, no interval
+    assert by_variant(ladder)["layer-pre-swiglu-matched"]["trend"] == "not resolved"
 
 
 def test_bootstrap_is_byte_stable(tmp_path):

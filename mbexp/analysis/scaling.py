@@ -4,6 +4,7 @@ bootstrap over seeds; where two curves cross; and the largest size predicted fro
 
 import json
 import math
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -233,7 +234,7 @@ def _bootstrap(points: pd.DataFrame, baseline: str, params: np.ndarray, resample
     draws = np.full((resamples, len(points)), math.nan)
     losses = [s.to_numpy() for s in points["losses"]]
     inflate = [math.sqrt(len(s) / (len(s) - 1)) if len(s) > 1 else 0.0 for s in losses]
-    for b in range(resamples):
+    for b in range(resamples if max(map(len, losses)) > 1 else 0):  # one seed everywhere: nothing to resample
         means = [s.mean() + k * (rng.choice(s, len(s)).mean() - s.mean()) for s, k in zip(losses, inflate)]
         try:
             curves, _ = fit(points.assign(loss=means), start=params)
@@ -247,7 +248,8 @@ def _bootstrap(points: pd.DataFrame, baseline: str, params: np.ndarray, resample
 def _interval(draws: np.ndarray) -> tuple:
     """The LEVEL percentile interval of each column (NaN where no refit converged)."""
     tail = (1 - LEVEL) / 2 * 100
-    with np.errstate(all="ignore"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column: NaN, as it should be
         return tuple(np.nanpercentile(draws, [tail, 100 - tail], axis=0))
 
 
@@ -344,8 +346,9 @@ def to_markdown(ladder: Ladder) -> str:
                      f"{c['points']} | {cross} | {_trend_cell(c)} |")
     others = [v for v in curves["variant"] if v != base]
     if others:
-        lines += ["", f"Compute multiplier vs `{base}` ({LEVEL:.0%} bootstrap interval over seeds, "
-                  f"{ladder.resamples} refits):", "",
+        how = f"{LEVEL:.0%} bootstrap interval over seeds, {ladder.resamples} refits" if points["n"].max() > 1 \
+            else "no interval: one seed per point"
+        lines += ["", f"Compute multiplier vs `{base}` ({how}):", "",
                   "| size | non-emb. params | steps | " + " | ".join(others) + " |",
                   "|:---|---:|---:|" + "---:|" * len(others)]
         for (size, steps), group in points.groupby(["size", "steps"], sort=False):
