@@ -56,7 +56,7 @@ def test_arch_composes_under_multirun(tmp_path, cache):
                                        "norm=rms,dyt", "train.steps=4", "train.eval_every=4")))
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = sorted(s["row"] for s in summaries(tmp_path / "results"))
-    assert rows == ["dyt-pre-swiglu-8_3d-kv1", "rms-pre-swiglu-8_3d-kv1"]
+    assert rows == ["dyt-pre-swiglu-8_3d-kv1-rope500000", "rms-pre-swiglu-8_3d-kv1-rope500000"]
 
 
 def test_group_files_are_exactly_the_registry_names():

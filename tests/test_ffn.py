@@ -136,6 +136,8 @@ def test_8_3d(name, D):
         (96, "swiglu", 256, 256),  # already a multiple
         (100, "relu", 64, 448),  # 400 -> 448
         (128, "geglu", 32, 352),  # 341 -> 352
+        (4096, "swiglu", 256, 11008),  # Llama 2 7B and OLMo 2 7B's intermediate_size
+        (5120, "swiglu", 256, 13824),  # Llama 2 13B and OLMo 2 13B's
     ],
 )
 def test_multiple_of_rounds_up(D, name, multiple_of, expected):
