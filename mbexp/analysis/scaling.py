@@ -5,7 +5,7 @@ bootstrap over seeds; where two curves cross; and the largest size predicted fro
 import json
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +13,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FormatStrFormatter, NullFormatter
-from scipy.optimize import curve_fit
+from scipy.optimize import OptimizeWarning, curve_fit
 
 from mbexp.analysis.table import Table, setting
 from mbexp.io import atomic_write, write_text
@@ -64,7 +64,7 @@ def crossover(base: Curve, curve: Curve, low: float, high: float) -> tuple[float
     log_c = (curve.log_A - base.log_A) / (curve.alpha - base.alpha)
     if log_c < math.log(low):
         return math.nan, "none"
-    return math.exp(log_c), "within" if log_c <= math.log(high) else "beyond"
+    return math.exp(min(log_c, 700.0)), "within" if log_c <= math.log(high) else "beyond"  # 700: e^700 is finite
 
 
 def fit(points: pd.DataFrame, start: np.ndarray | None = None) -> tuple[dict[str, Curve], np.ndarray]:
@@ -87,8 +87,10 @@ def fit(points: pd.DataFrame, start: np.ndarray | None = None) -> tuple[dict[str
     best, best_sse = None, math.inf
     for p0 in starts:
         try:
-            params, _ = curve_fit(model, np.arange(len(y)), y, p0=np.clip(p0, low, np.nextafter(high, 0)),
-                                  bounds=(low, high), max_nfev=2000)
+            with warnings.catch_warnings():  # no covariance when points = parameters: only the fit is used
+                warnings.simplefilter("ignore", OptimizeWarning)
+                params, _ = curve_fit(model, np.arange(len(y)), y, p0=np.clip(p0, low, np.nextafter(high, 0)),
+                                      bounds=(low, high), max_nfev=2000)
         except RuntimeError:  # no convergence from this start
             continue
         sse = float(np.sum((model(None, *params) - y) ** 2))
@@ -120,13 +122,22 @@ def too_few(points: pd.DataFrame) -> str | None:
     if short.empty:
         return None
     named = ", ".join(f"{v} has {n}" for v, n in short.items())
-    return f"too few points to fit L(C) = E + A·C^-α: {named} (sizes × budgets; {MIN_POINTS} per variant needed)"
+    return f"too few points to fit L(C) = E + A·C^-α: {named} ({MIN_POINTS} sizes per curve needed)"
+
+
+def budgets(points: pd.DataFrame) -> pd.Series:
+    """Each point's curve: its budget (train.steps) when every budget is run at several sizes, so that a curve
+    follows the size axis at fixed tokens; "all" (one curve per variant over every point) when each size has a
+    budget of its own (tokens grown with size, Chinchilla-style)."""
+    per_budget = points.groupby("steps")["size"].nunique().min() > 1
+    return points["steps"].astype(object) if per_budget else pd.Series("all", index=points.index, dtype=object)
 
 
 @dataclass
 class Ladder:
     """A ladder's fit. `points`: one row per (variant, size, budget) with its per-seed losses and, once fitted,
-    the fitted loss, multiplier and interval, and the held-out prediction; `curves`: one row per variant."""
+    the fitted loss, multiplier and interval, and the held-out prediction; `curves`: one row per (variant,
+    budget) curve."""
 
     experiment: str
     split: str
@@ -134,9 +145,10 @@ class Ladder:
     points: pd.DataFrame
     curves: pd.DataFrame | None = None
     message: str = ""  # why there is no fit
+    skipped: list = field(default_factory=list)  # budgets with too few sizes to fit, one line each
     held_out_size: str = ""
     held_out_message: str = ""  # why there is no held-out check
-    held_out_curves: dict | None = None  # the curves refit without the largest size
+    held_out_curves: dict = field(default_factory=dict)  # (variant, budget) -> the curve refit without the largest
     resamples: int = RESAMPLES
 
 
@@ -174,7 +186,7 @@ def ladder_points(table: Table) -> tuple[pd.DataFrame, str]:
     points = pd.DataFrame(records, columns=["variant", "size", "params_non_embedding", "steps", "compute", "losses",
                                             "loss", "std", "n"])
     points["_order"] = points["variant"].map(order.index)
-    points = points.sort_values(["_order", "params_non_embedding", "steps"]).drop(columns="_order")
+    points = points.sort_values(["_order", "steps", "params_non_embedding"]).drop(columns="_order")
     base = runs.loc[runs["label"] == table.baseline, "_variant"]
     return points.reset_index(drop=True), names[base.iloc[0]] if len(base) else ""
 
@@ -194,48 +206,88 @@ def _variant_names(runs: pd.DataFrame) -> dict[str, str]:
     return names
 
 
+RESULTS = ("fitted", "residual", "multiplier", "multiplier_low", "multiplier_high", "held_out", "predicted",
+           "prediction_error")
+
+
 def analyse(table: Table, resamples: int = RESAMPLES) -> Ladder | None:
-    """The ladder's fit, multipliers with their bootstrap intervals, crossovers and held-out check; None when the
-    experiment is not a ladder."""
+    """The ladder's curves (per budget, docs/table.md), multipliers with their bootstrap intervals, crossovers and
+    held-out check; None when the experiment is not a ladder."""
     if not is_ladder(table):
         return None
     points, baseline = ladder_points(table)
     ladder = Ladder(table.experiment, table.split, baseline, points, resamples=resamples)
-    ladder.message = too_few(points) or ("" if baseline else f"the baseline {table.baseline} has no completed run")
-    if ladder.message:
+    if not baseline:
+        ladder.message = f"no fit: the baseline {table.baseline} has no completed run"
         return ladder
-    curves, params = fit(points)
-    points["fitted"] = [float(curves[v].loss(c)) for v, c in zip(points["variant"], points["compute"])]
-    points["residual"] = points["loss"] - points["fitted"]
-    base = curves[baseline]
-    points["multiplier"] = [multiplier(base, curves[v], c) for v, c in zip(points["variant"], points["compute"])]
-    draws = _bootstrap(points, baseline, params, resamples)
-    points["multiplier_low"], points["multiplier_high"] = _interval(draws)
-    points.loc[points["variant"] == baseline, ["multiplier", "multiplier_low", "multiplier_high"]] = math.nan
-    c_low, c_high = points["compute"].min(), points["compute"].max()
+    points["budget"] = budgets(points)
+    groups, reasons = {}, []
+    for b, g in points.groupby("budget", sort=True):  # a variant with too few sizes at a budget is left out there
+        if reason := too_few(g):
+            reasons.append(f"{_budget_text(b)}: {reason}")
+        counts = g.groupby("variant")["compute"].transform("nunique")
+        if (counts >= MIN_POINTS).any():
+            groups[b] = g.index[(counts >= MIN_POINTS).to_numpy()]
+    if not groups:
+        ladder.message = "; ".join(reasons)
+        return ladder
+    ladder.skipped = reasons
+    points[list(RESULTS)] = math.nan
     rows = []
-    for name, curve in curves.items():
-        mine = points[points["variant"] == name]
-        cross, where = crossover(base, curve, c_low, c_high) if name != baseline else (math.nan, "baseline")
-        rows.append({"variant": name, "alpha": curve.alpha, "E": curve.E, "A": curve.A,
-                     "rms": float(np.sqrt(np.mean(mine["residual"] ** 2))), "points": len(mine),
-                     "crossover": cross, "crossover_where": where,
-                     **(_trend(points, mine, draws) if name != baseline else {"trend": "baseline"})})
+    for b, idx in groups.items():
+        rows += _fit_budget(points, idx, baseline, b, resamples)
     ladder.curves = pd.DataFrame(rows)
-    _held_out(ladder)
+    _held_out(ladder, groups)
     return ladder
 
 
+def _budget_text(budget) -> str:
+    return "pooled over budgets" if budget == "all" else f"{budget} steps"
+
+
+def _fit_budget(points: pd.DataFrame, idx: pd.Index, baseline: str, budget, resamples: int) -> list[dict]:
+    """Fit one budget's curves; write the points' fitted loss, multiplier and interval; its curves' rows."""
+    group = points.loc[idx]
+    curves, params = fit(group)
+    points.loc[idx, "fitted"] = [float(curves[v].loss(c)) for v, c in zip(group["variant"], group["compute"])]
+    points.loc[idx, "residual"] = points.loc[idx, "loss"] - points.loc[idx, "fitted"]
+    base = curves.get(baseline)
+    draws = np.full((1, len(idx)), math.nan)
+    if base is not None:
+        points.loc[idx, "multiplier"] = [multiplier(base, curves[v], c)
+                                         for v, c in zip(group["variant"], group["compute"])]
+        draws = _bootstrap(group, baseline, params, resamples)
+        points.loc[idx, "multiplier_low"], points.loc[idx, "multiplier_high"] = _interval(draws)
+        own = idx[(group["variant"] == baseline).to_numpy()]
+        points.loc[own, ["multiplier", "multiplier_low", "multiplier_high"]] = math.nan
+    group = points.loc[idx]
+    rows = []
+    for name, curve in curves.items():
+        mine = group[group["variant"] == name]
+        if name == baseline:
+            extra = {"crossover": math.nan, "crossover_where": "baseline", "trend": "baseline"}
+        elif base is None:
+            extra = {"crossover": math.nan, "crossover_where": "no baseline", "trend": "no baseline"}
+        else:
+            cross, where = crossover(base, curve, group["compute"].min(), group["compute"].max())
+            extra = {"crossover": cross, "crossover_where": where, **_trend(group, mine, draws)}
+        rows.append({"variant": name, "budget": budget, "alpha": curve.alpha, "E": curve.E, "A": curve.A,
+                     "rms": float(np.sqrt(np.mean(mine["residual"] ** 2))), "points": len(mine), **extra})
+    return rows
+
+
 def _bootstrap(points: pd.DataFrame, baseline: str, params: np.ndarray, resamples: int) -> np.ndarray:
-    """Each point's multiplier (a column) over refits (rows) to seed-resampled means: seeds drawn with
-    replacement within each point, the draw's deviation from the mean scaled by sqrt(n / (n - 1)) so that its
-    variance is s²/n, not the plain bootstrap's (n - 1)/n of it (a one-seed point does not vary)."""
+    """Each point's multiplier (a column) over refits (rows) to resampled means: a point with n seeds gets the
+    mean of n seed deviations drawn with replacement from the pool of every point's deviations from its own mean
+    (each scaled by sqrt(n_i / (n_i - 1)), so the pool's variance is the seed variance), added to its mean. The
+    pool lends a 3-seed point the noise estimate of the whole ladder, where its own 3 seeds would make the
+    interval about twice too narrow (t with 2 degrees of freedom against the normal)."""
     rng = np.random.default_rng(RNG_SEED)
     draws = np.full((resamples, len(points)), math.nan)
     losses = [s.to_numpy() for s in points["losses"]]
-    inflate = [math.sqrt(len(s) / (len(s) - 1)) if len(s) > 1 else 0.0 for s in losses]
-    for b in range(resamples if max(map(len, losses)) > 1 else 0):  # one seed everywhere: nothing to resample
-        means = [s.mean() + k * (rng.choice(s, len(s)).mean() - s.mean()) for s, k in zip(losses, inflate)]
+    pool = np.concatenate([(s - s.mean()) * math.sqrt(len(s) / (len(s) - 1)) for s in losses if len(s) > 1] or [[]])
+    for b in range(resamples if len(pool) else 0):  # one seed everywhere: no noise estimate, no interval
+        means = [s.mean() + rng.choice(pool, len(s)).mean() for s in losses]
         try:
             curves, _ = fit(points.assign(loss=means), start=params)
         except RuntimeError:
@@ -253,19 +305,21 @@ def _interval(draws: np.ndarray) -> tuple:
         return tuple(np.nanpercentile(draws, [tail, 100 - tail], axis=0))
 
 
-def _trend(points: pd.DataFrame, mine: pd.DataFrame, draws: np.ndarray) -> dict:
+def _trend(group: pd.DataFrame, mine: pd.DataFrame, draws: np.ndarray) -> dict:
     """How a variant's multiplier moves from its smallest to its largest size, at its largest budget: the ratio
-    m(largest) / m(smallest) with its bootstrap interval (the same refits), read by `trend`."""
+    m(largest) / m(smallest) with its bootstrap interval (the same refits; draws' columns follow `group`'s rows),
+    read by `trend`."""
     top = mine[mine["steps"] == mine["steps"].max()]
-    first, last = top.index[0], top.index[-1]  # points are sorted by size
+    first, last = top["params_non_embedding"].idxmin(), top["params_non_embedding"].idxmax()
     if first == last:
         return {"trend": "one size"}
-    low, high = _interval(draws[:, [last]] / draws[:, [first]])
-    m = points["multiplier"]
-    ends = [(m[i], points.at[i, "multiplier_low"], points.at[i, "multiplier_high"]) for i in (first, last)]
+    cols = [group.index.get_loc(first), group.index.get_loc(last)]
+    low, high = _interval(draws[:, [cols[1]]] / draws[:, [cols[0]]])
+    m = group["multiplier"]
+    ends = [(m[i], group.at[i, "multiplier_low"], group.at[i, "multiplier_high"]) for i in (first, last)]
     ratio = (m[last] / m[first], low[0], high[0])
-    return {"trend": trend(*ends, ratio), "trend_ratio": ratio[0], "trend_low": low[0],
-            "trend_high": high[0], "trend_from": points.at[first, "size"], "trend_to": points.at[last, "size"]}
+    return {"trend": trend(*ends, ratio), "trend_ratio": ratio[0], "trend_low": low[0], "trend_high": high[0],
+            "trend_from": group.at[first, "size"], "trend_to": group.at[last, "size"]}
 
 
 def trend(first: tuple, last: tuple, ratio: tuple) -> str:
@@ -279,29 +333,32 @@ def trend(first: tuple, last: tuple, ratio: tuple) -> str:
     return "rises" if ratio[1] > 1 else "falls" if ratio[2] < 1 else "not resolved"
 
 
-def _held_out(ladder: Ladder) -> None:
-    """Refit without the largest size; the prediction at its points and its error against the runs' mean."""
+def _held_out(ladder: Ladder, groups: dict) -> None:
+    """Refit each budget's curves without the largest size; the prediction at its points and its error against
+    the runs' mean."""
     points = ladder.points
     largest = points.loc[points["params_non_embedding"].idxmax(), "size"]
     ladder.held_out_size = largest
-    kept = points[points["size"] != largest]
     points["held_out"] = points["size"] == largest
-    points["predicted"] = points["prediction_error"] = math.nan
-    if kept["size"].nunique() < 2 or too_few(kept):
-        ladder.held_out_message = f"too few points without {largest} to refit (" \
-                                  f"{MIN_POINTS} per variant needed, from at least 2 sizes)"
-        return
-    curves, _ = fit(kept)
-    ladder.held_out_curves = curves
-    out = points["held_out"] & points["variant"].isin(list(curves))
-    points.loc[out, "predicted"] = [float(curves[v].loss(c)) for v, c in
-                                    zip(points.loc[out, "variant"], points.loc[out, "compute"])]
-    points.loc[out, "prediction_error"] = points.loc[out, "predicted"] - points.loc[out, "loss"]
+    for budget, idx in groups.items():
+        kept = points.loc[idx][points.loc[idx, "size"] != largest]
+        kept = kept[kept.groupby("variant")["compute"].transform("nunique") >= MIN_POINTS]
+        if kept.empty:
+            continue
+        curves, _ = fit(kept)
+        ladder.held_out_curves |= {(v, budget): c for v, c in curves.items()}
+        out = idx[(points.loc[idx, "held_out"] & points.loc[idx, "variant"].isin(list(curves))).to_numpy()]
+        points.loc[out, "predicted"] = [float(curves[v].loss(c)) for v, c in
+                                        zip(points.loc[out, "variant"], points.loc[out, "compute"])]
+        points.loc[out, "prediction_error"] = points.loc[out, "predicted"] - points.loc[out, "loss"]
+    if not ladder.held_out_curves:
+        ladder.held_out_message = f"too few points without {largest} to refit ({MIN_POINTS} sizes per curve " \
+                                  "needed)"
 
 
 def ranking(ladder: Ladder) -> tuple[list[str], list[str]] | None:
     """(predicted, measured) order of the variants, best first, at the held-out size's largest budget."""
-    at = ladder.points[ladder.points["held_out"] & ladder.points["predicted"].notna()]
+    at = ladder.points[ladder.points["held_out"].astype(bool) & ladder.points["predicted"].notna()]
     at = at[at["steps"] == at["steps"].max()] if len(at) else at
     if len(at) < 2:
         return None
@@ -316,15 +373,15 @@ def _num(x, spec: str) -> str:
 
 
 LEGEND = ("α, E, A: the fitted L(C) = E + A·C^-α (bounded α in (0, 2], E in [0, least mean loss); at bound: the "
-          "data did not pin it). RMS resid.: root mean square of mean loss − fitted loss over the variant's points, "
+          "data did not pin it). RMS resid.: root mean square of mean loss − fitted loss over the curve's points, "
           "in nats. Multiplier m = C_base(L_v(C)) / C, with C_base the baseline curve solved for the loss and L_v "
           "the variant's fitted loss at its own compute C (> 1: the baseline needs m times the compute to match; ∞: "
-          "below the baseline's floor). m along the ladder: m(largest size) / m(smallest size) at the largest "
-          "budget with its interval from the same refits; rises / falls when that interval excludes 1, crosses 1 "
-          "when both ends' intervals are resolved on either side of 1. Crossover: the compute where the variant's "
-          "and the baseline's curves cross, within or beyond the data's compute range (none: at no compute the "
-          "ladder reaches or above). Held-out error: the prediction minus the runs' mean (docs/table.md, "
-          "\"Ladders\").")
+          "below the baseline's floor); its interval: a bootstrap over seeds drawing from the budget's pooled seed "
+          "deviations. m along the ladder: m(largest size) / m(smallest size) on the curve, with its interval from "
+          "the same refits; rises / falls when that interval excludes 1, crosses 1 when both ends' intervals are "
+          "resolved on either side of 1. Crossover: the compute where the variant's and the baseline's curves "
+          "cross, within or beyond the budget's compute range (none: at no compute the ladder reaches or above). "
+          "Held-out error: the prediction minus the runs' mean (docs/table.md, \"Ladders\").")
 
 
 def to_markdown(ladder: Ladder) -> str:
@@ -332,26 +389,32 @@ def to_markdown(ladder: Ladder) -> str:
     if ladder.message:
         return f"**{ladder.experiment}**: {ladder.message}.\n"
     points, curves, base = ladder.points, ladder.curves, ladder.baseline
-    n = f"{len(points)} points ({points['size'].nunique()} sizes × {points['steps'].nunique()} budgets)"
-    lines = [f"**{ladder.experiment}** — L(C) = E + A·C^-α per variant, fitted to the mean final {ladder.split} "
-             f"log-ppl over seeds at {n}, one floor E shared by every variant; C = FLOPs/token × tokens seen; "
-             f"baseline `{base}`.", "",
-             "| variant | α | E (shared) | A | RMS resid. | points | crossover vs baseline | m along the ladder |",
-             "|:---|---:|---:|---:|---:|---:|:---|:---|"]
+    fitted = points[points["fitted"].notna()]
+    sizes = f"{fitted['size'].nunique()} sizes"
+    shape = f"one curve per variant and budget (train.steps) across {sizes}, C growing with size" \
+        if (curves["budget"] != "all").all() else f"one curve per variant over every point ({sizes}, own budgets)"
+    lines = [f"**{ladder.experiment}** — L(C) = E + A·C^-α, {shape}; fitted to the mean final {ladder.split} log-ppl "
+             f"over seeds at {len(fitted)} points, the floor E shared by the variants of a budget; C = FLOPs/token × "
+             f"tokens seen; baseline `{base}`.", "",
+             "| variant | steps | α | E (shared) | A | RMS resid. | points | crossover vs baseline "
+             "| m along the ladder |",
+             "|:---|---:|---:|---:|---:|---:|---:|:---|:---|"]
     for _, c in curves.iterrows():
         where = c["crossover_where"]
         cross = f"{c['crossover']:.3g} FLOPs ({where} the data)" if where in ("within", "beyond") else where
-        lines.append(f"| {c['variant']} | {c['alpha']:.3f}{_bound(c['alpha'], ALPHA_BOUNDS)} | "
-                     f"{c['E']:.3f}{_bound(c['E'], (0.0, points['loss'].min()))} | {c['A']:.4g} | {c['rms']:.4f} | "
+        least = fitted.loc[fitted["budget"] == c["budget"], "loss"].min()
+        lines.append(f"| {c['variant']} | {c['budget']} | {c['alpha']:.3f}{_bound(c['alpha'], ALPHA_BOUNDS)} | "
+                     f"{c['E']:.3f}{_bound(c['E'], (0.0, least))} | {c['A']:.4g} | {c['rms']:.4f} | "
                      f"{c['points']} | {cross} | {_trend_cell(c)} |")
-    others = [v for v in curves["variant"] if v != base]
+    lines += [f"\nLeft out: {line}." for line in ladder.skipped]
+    others = [v for v in dict.fromkeys(curves["variant"]) if v != base]
     if others:
-        how = f"{LEVEL:.0%} bootstrap interval over seeds, {ladder.resamples} refits" if points["n"].max() > 1 \
+        how = f"{LEVEL:.0%} bootstrap interval over seeds, {ladder.resamples} refits" if fitted["n"].max() > 1 \
             else "no interval: one seed per point"
         lines += ["", f"Compute multiplier vs `{base}` ({how}):", "",
                   "| size | non-emb. params | steps | " + " | ".join(others) + " |",
                   "|:---|---:|---:|" + "---:|" * len(others)]
-        for (size, steps), group in points.groupby(["size", "steps"], sort=False):
+        for (size, steps), group in fitted.groupby(["size", "steps"], sort=False):
             cells = []
             for v in others:
                 hit = group[group["variant"] == v]
@@ -385,7 +448,7 @@ def _held_out_lines(ladder: Ladder) -> list[str]:
     size = ladder.held_out_size
     if ladder.held_out_message:
         return [f"Held-out check: {ladder.held_out_message}."]
-    out = ladder.points[ladder.points["held_out"]]
+    out = ladder.points[ladder.points["held_out"].astype(bool) & ladder.points["fitted"].notna()]
     lines = [f"Held-out check: every curve refit without {size}, then predicted at {size}:", "",
              "| variant | steps | compute | runs' mean (n) | predicted | error |", "|:---|---:|---:|---:|---:|---:|"]
     lines += [f"| {p['variant']} | {p['steps']} | {p['compute']:.3g} | {p['loss']:.3f} ({p['n']}) | "
@@ -401,8 +464,8 @@ def _held_out_lines(ladder: Ladder) -> list[str]:
 
 
 def to_csv(ladder: Ladder) -> str:
-    """Every point with its fit, multiplier and held-out prediction, and its variant's curve."""
-    points = ladder.points.drop(columns="losses").merge(ladder.curves, on="variant", how="left")
+    """Every point with its fit, multiplier and held-out prediction, and its curve's parameters."""
+    points = ladder.points.drop(columns="losses").merge(ladder.curves, on=["variant", "budget"], how="left")
     points.insert(0, "experiment", ladder.experiment)
     points.insert(2, "baseline", points["variant"] == ladder.baseline)
     return points.to_csv(index=False, float_format="%.6g", lineterminator="\n")
@@ -412,25 +475,33 @@ def to_csv(ladder: Ladder) -> str:
 
 
 def plot(ladder: Ladder) -> Figure:
-    """Loss against compute on log-log axes: per-seed points, the fitted curves (solid), the curves refit without
-    the largest size (dashed) and that size's points ringed."""
-    fig = Figure(figsize=(8, 4.5), dpi=100, layout="constrained")
+    """Loss against compute on log-log axes, one colour per variant: per-seed points, each budget's fitted curve
+    (solid; fainter for the smaller budgets), the curves refit without the largest size (dashed) and that size's
+    means ringed."""
+    fig = Figure(figsize=(9, 4.5), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     points = ladder.points
-    grid = np.geomspace(points["compute"].min() / 1.2, points["compute"].max() * 1.2, 200)
-    held = ladder.held_out_curves or {}
-    for i, (name, curve) in enumerate(_curves(ladder).items()):
-        colour = f"C{i % 10}"
-        mine = points[points["variant"] == name]
-        seeds = [(c, loss) for c, s in zip(mine["compute"], mine["losses"]) for loss in s]
-        ax.plot(*zip(*seeds), marker="o", markersize=3, linestyle="none", alpha=0.5, color=colour)
-        ax.plot(grid, curve.loss(grid), color=colour, label=f"{name} (α={curve.alpha:.3f})")
-        if name in held:
-            ax.plot(grid, held[name].loss(grid), color=colour, linestyle="--", linewidth=1)
-        out = mine[mine["held_out"]]
-        ax.plot(out["compute"], out["loss"], marker="o", markersize=11, fillstyle="none", linestyle="none",
-                color=colour)
+    colours = {v: f"C{i % 10}" for i, v in enumerate(dict.fromkeys(points["variant"]))}
+    for _, p in points.iterrows():
+        ax.plot([p["compute"]] * p["n"], p["losses"], marker="o", markersize=3, linestyle="none", alpha=0.5,
+                color=colours[p["variant"]])
+    out = points[points["held_out"].astype(bool)]
+    for variant, group in out.groupby("variant", sort=False):
+        ax.plot(group["compute"], group["loss"], marker="o", markersize=11, fillstyle="none", linestyle="none",
+                color=colours[variant])
+    budgets_ = list(dict.fromkeys(ladder.curves["budget"]))
+    for _, c in ladder.curves.iterrows():
+        key = (c["variant"], c["budget"])
+        mine = points[(points["variant"] == c["variant"]) & (points["budget"] == c["budget"])]
+        grid = np.geomspace(mine["compute"].min() / 1.2, mine["compute"].max() * 1.2, 100)
+        fade = 1.0 if c["budget"] == budgets_[-1] else 0.45
+        where = "" if c["budget"] == "all" else f", {c['budget']} steps"
+        ax.plot(grid, _curve(c).loss(grid), color=colours[c["variant"]], alpha=fade,
+                label=f"{c['variant']}{where} (α={c['alpha']:.3f})")
+        if key in ladder.held_out_curves:
+            ax.plot(grid, ladder.held_out_curves[key].loss(grid), color=colours[c["variant"]], alpha=fade,
+                    linestyle="--", linewidth=1)
     ax.plot([], [], color="0.4", linestyle="--", linewidth=1, label=f"refit without {ladder.held_out_size}")
     ax.plot([], [], marker="o", markersize=11, fillstyle="none", linestyle="none", color="0.4",
             label=f"held out: {ladder.held_out_size} (mean)")
@@ -440,13 +511,13 @@ def plot(ladder: Ladder) -> Figure:
     for ticks in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):  # a loss spans < 1 decade
         ticks(FormatStrFormatter("%.1f"))
     ax.set(xlabel="training compute C (FLOPs)", ylabel=f"final {ladder.split} log-ppl (per seed)",
-           title=f"{ladder.experiment}: L(C) = E + A·C^-α, E = {ladder.curves['E'].iloc[0]:.3f} shared")
+           title=f"{ladder.experiment}: L(C) = E + A·C^-α (E shared within a budget)")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small", frameon=False)
     return fig
 
 
-def _curves(ladder: Ladder) -> dict[str, Curve]:
-    return {c["variant"]: Curve(c["E"], math.log(c["A"]), c["alpha"]) for _, c in ladder.curves.iterrows()}
+def _curve(row: pd.Series) -> Curve:
+    return Curve(row["E"], math.log(row["A"]), row["alpha"])
 
 
 # --- files ----------------------------------------------------------------------------------------------------------
