@@ -30,11 +30,12 @@ def curve(alpha: float, loss_at_1e12: float) -> Curve:
 
 def write_ladder(results: Path, curves: dict[str, Curve], *, sizes=SIZES, steps=(200, 600), seeds=3,
                  experiment: str = "synth", noise: float = NOISE) -> None:
-    """Summaries of a ladder whose final test losses are the curves' values plus Gaussian seed noise."""
+    """Summaries of a ladder whose final test losses are the curves' values plus Gaussian seed noise; `steps`: the
+    budgets of every size, or a dict of each size's own."""
     rng = np.random.default_rng(1)
     for ffn, law in curves.items():
         for i, (name, flops) in enumerate(sizes.items()):
-            for budget in steps:
+            for budget in steps[name] if isinstance(steps, dict) else steps:
                 identity = {"ffn.name": ffn, "norm.name": "layer", "placement.name": "pre", "hidden.name": "matched",
                             "model.name": name, "model.d_model": 64 + 32 * i, "optim.lr": 3e-3,
                             "train.steps": budget}
@@ -152,6 +153,26 @@ def test_too_few_sizes_say_so_in_one_line(tmp_path):
     md = scaling.to_markdown(ladder)
     assert md.count("\n") == 1 and "too few points to fit" in md and "layer-pre-relu-matched has 2" in md
     assert [p.name for p in scaling.write(tmp_path, table.build_tables(tmp_path)["synth"])] == ["synth_fit.md"]
+
+
+def test_a_variant_with_too_few_sizes_is_left_out_in_one_line(tmp_path):
+    write_ladder(tmp_path, {"relu": curve(0.3, 4.3)})
+    write_ladder(tmp_path, {"swiglu": curve(0.3, 4.2)}, sizes={"ladder64": 1e6, "ladder96": 2e6})  # a partial sweep
+    ladder = fitted(tmp_path)
+    assert list(ladder.curves["variant"]) == ["layer-pre-relu-matched"] * 2
+    assert ladder.skipped == [f"{b} steps: too few points to fit L(C) = E + A·C^-α: layer-pre-swiglu-matched has 2 "
+                              "(3 sizes per curve needed)" for b in (200, 600)]
+    assert ladder.points.loc[ladder.points["variant"] == "layer-pre-swiglu-matched", "fitted"].isna().all()
+    assert "Left out: 600 steps: too few points" in scaling.to_markdown(ladder)
+
+
+def test_sizes_with_budgets_of_their_own_make_one_curve_per_variant(tmp_path):
+    own = {"ladder64": (300,), "ladder96": (500,), "ladder128": (700,), "ladder160": (900,)}  # tokens grow with size
+    write_ladder(tmp_path, {"relu": curve(0.3, 4.3), "swiglu": curve(0.36, 4.2)}, steps=own)
+    ladder = fitted(tmp_path, resamples=20)
+    assert list(ladder.curves["budget"]) == ["all", "all"] and list(ladder.curves["points"]) == [4, 4]
+    assert by_variant(ladder, "all")["layer-pre-swiglu-matched"]["alpha"] == pytest.approx(0.36, abs=0.04)
+    assert "one curve per variant over every point (4 sizes, own budgets)" in scaling.to_markdown(ladder)
 
 
 def test_a_budget_sweep_of_one_size_is_no_ladder(tmp_path):
