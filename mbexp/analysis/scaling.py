@@ -1,6 +1,7 @@
-"""Size ladders (docs/table.md, "Ladders"): per variant a saturating power law L(C) = E + A·C^-α of the final
-loss against training compute, on one shared floor E; the compute multiplier against the baseline with a
-bootstrap over seeds; where two curves cross; and the largest size predicted from the smaller ones."""
+"""Size ladders (docs/table.md, "Ladders"): per variant and budget a saturating power law L(C) = E + A·C^-α of
+the final loss against training compute across sizes, on a floor E shared by the budget's variants; the compute
+multiplier against the baseline with a bootstrap over seeds; where two curves cross; and the largest size
+predicted from the smaller ones."""
 
 import json
 import math
@@ -47,7 +48,8 @@ class Curve:
         """The compute at which the curve reaches `loss`; inf when `loss` is at or below the floor E."""
         if loss <= self.E:
             return math.inf
-        return math.exp((self.log_A - math.log(loss - self.E)) / self.alpha)
+        log_c = (self.log_A - math.log(loss - self.E)) / self.alpha
+        return math.exp(log_c) if log_c < 700 else math.inf  # e^700 is finite; a flat curve needs "infinite" C
 
 
 def multiplier(base: Curve, curve: Curve, compute: float) -> float:
@@ -126,10 +128,10 @@ def too_few(points: pd.DataFrame) -> str | None:
 
 
 def budgets(points: pd.DataFrame) -> pd.Series:
-    """Each point's curve: its budget (train.steps) when every budget is run at several sizes, so that a curve
-    follows the size axis at fixed tokens; "all" (one curve per variant over every point) when each size has a
-    budget of its own (tokens grown with size, Chinchilla-style)."""
-    per_budget = points.groupby("steps")["size"].nunique().min() > 1
+    """Each point's curve: its budget (train.steps) when budgets are shared by sizes, so that a curve follows the
+    size axis at fixed tokens; "all" (one curve per variant over every point) when each budget belongs to one
+    size (tokens grown with size, Chinchilla-style)."""
+    per_budget = points.groupby("steps")["size"].nunique().max() > 1
     return points["steps"].astype(object) if per_budget else pd.Series("all", index=points.index, dtype=object)
 
 
@@ -145,7 +147,7 @@ class Ladder:
     points: pd.DataFrame
     curves: pd.DataFrame | None = None
     message: str = ""  # why there is no fit
-    skipped: list = field(default_factory=list)  # budgets with too few sizes to fit, one line each
+    skipped: list = field(default_factory=list)  # per budget, the variants left out (too few sizes), one line
     held_out_size: str = ""
     held_out_message: str = ""  # why there is no held-out check
     held_out_curves: dict = field(default_factory=dict)  # (variant, budget) -> the curve refit without the largest
