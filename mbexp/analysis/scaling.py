@@ -504,6 +504,9 @@ def plot(ladder: Ladder) -> Figure:
         if key in ladder.held_out_curves:
             ax.plot(grid, ladder.held_out_curves[key].loss(grid), color=colours[c["variant"]], alpha=fade,
                     linestyle="--", linewidth=1)
+    for variant in [v for v in colours if v not in set(ladder.curves["variant"])]:  # in order: stable bytes
+        ax.plot([], [], marker="o", markersize=3, linestyle="none", color=colours[variant],
+                label=f"{variant} (too few sizes to fit)")
     ax.plot([], [], color="0.4", linestyle="--", linewidth=1, label=f"refit without {ladder.held_out_size}")
     ax.plot([], [], marker="o", markersize=11, fillstyle="none", linestyle="none", color="0.4",
             label=f"held out: {ladder.held_out_size} (mean)")
