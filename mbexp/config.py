@@ -1,6 +1,10 @@
 """Typed config schemas (registered in Hydra's ConfigStore) and their validation."""
 
-from dataclasses import dataclass, field
+import difflib
+import functools
+import math
+import re
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +78,9 @@ class DataConfig:
     val_windows: int = 64  # fixed validation budget: this many seq_len windows
     max_docs: int | None = None  # cap for the large hub corpora
     cache_dir: str = "data_cache"
+    # the corpus content's hash, filled in by the trainer for data=text and the hub corpora (bigtxt is pinned by
+    # its checksum): part of a run's identity, so an edited corpus is a new run. Never set it.
+    fingerprint: str | None = None
 
 
 @dataclass
@@ -94,7 +101,7 @@ class LoggerConfig:
     project: str = "mbexp"
     entity: str | None = None
     mode: str = "offline"  # WANDB_MODE in the environment takes precedence
-    dir: str = "."  # W&B writes into <dir>/wandb
+    dir: str = "."  # W&B writes into <dir>/wandb; $WANDB_DIR replaces the default "."
 
 
 @dataclass
@@ -165,8 +172,23 @@ def _at_least(key: str, value: float, low: float) -> None:
         raise ConfigError(f"{key}={value} must be >= {low}")
 
 
+def _floats(node, prefix: str = ""):
+    """(dotted key, value) of every float in a config dataclass, list items included (optim.betas)."""
+    for f in fields(node):
+        value = getattr(node, f.name)
+        if is_dataclass(value):
+            yield from _floats(value, f"{prefix}{f.name}.")
+        elif isinstance(value, float):
+            yield f"{prefix}{f.name}", value
+        elif isinstance(value, list):
+            yield from ((f"{prefix}{f.name}", v) for v in value if isinstance(v, float))
+
+
 def validate(cfg: Config) -> Config:
     """Raise ConfigError naming the key (and the valid choices) for any impossible value."""
+    for key, value in _floats(cfg):  # nan compares false with every bound below: reject it first
+        if not math.isfinite(value):
+            raise ConfigError(f"{key}={value} must be a finite number")
     for key, value, choices in [
         ("norm.name", cfg.norm.name, NORMS),
         ("placement.name", cfg.placement.name, PLACEMENTS),
@@ -197,6 +219,7 @@ def validate(cfg: Config) -> Config:
         ("optim.lr", cfg.optim.lr, 0),
         ("optim.weight_decay", cfg.optim.weight_decay, 0),
         ("optim.min_lr_ratio", cfg.optim.min_lr_ratio, 0),
+        ("optim.grad_clip", cfg.optim.grad_clip, 0),  # 0: no clipping
         ("train.steps", cfg.train.steps, 1),
         ("train.batch_size", cfg.train.batch_size, 1),
         ("train.eval_every", cfg.train.eval_every, 1),
@@ -251,8 +274,38 @@ def to_object(cfg: DictConfig | Config) -> Config:
         if with_hydra:
             OmegaConf.set_struct(cfg, False)
             cfg.pop("hydra")
-        cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), cfg))
+        for key in _keys(cfg):  # `+model.n_layer=8` adds a key the schema lacks: the merge would keep it unused
+            if key not in SCHEMA_KEYS:
+                raise ConfigError(unknown_key(key))
+        if OmegaConf.select(cfg, "data.fingerprint") is not None:
+            raise ConfigError("data.fingerprint is computed from the corpus content when a run starts; leave it out")
+        cfg = OmegaConf.to_object(OmegaConf.merge(_schema(), cfg))
     return validate(cfg)
+
+
+@functools.cache
+def _schema() -> DictConfig:
+    """OmegaConf.structured(Config), built once (~25 ms): a sweep's check validates hundreds of configs."""
+    return OmegaConf.structured(Config)
+
+
+def _keys(node, prefix: str = "") -> list[str]:
+    """The dotted keys of a config's leaves (a dataclass or a DictConfig)."""
+    names = [f.name for f in fields(node)] if is_dataclass(node) else list(node.keys())
+    out = []
+    for name in names:
+        value = getattr(node, name) if is_dataclass(node) else node._get_node(name)
+        is_group = is_dataclass(value) or (isinstance(value, DictConfig) and not value._is_none())
+        out += _keys(value, f"{prefix}{name}.") if is_group else [f"{prefix}{name}"]
+    return out
+
+
+def unknown_key(key: str) -> str:
+    """The error for a key the schema does not have, with the closest keys that it has."""
+    close = difflib.get_close_matches(key, SCHEMA_KEYS, n=3, cutoff=0.6)
+    group = key.rpartition(".")[0]
+    close = close or sorted(k for k in SCHEMA_KEYS if k.rpartition(".")[0] == group)
+    return f"{key} is not a config key" + (f"; the closest: {', '.join(close)}" if close else "")
 
 
 BLOCK_GROUPS = ("norm", "placement", "ffn", "hidden")
@@ -278,6 +331,7 @@ def model_spec(cfg: Config, vocab_size: int):
 
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+SCHEMA_KEYS = tuple(_keys(Config()))
 
 
 def compose_config(overrides: list[str], *, return_hydra_config: bool = False) -> DictConfig:
@@ -298,8 +352,19 @@ def compose_config(overrides: list[str], *, return_hydra_config: bool = False) -
 
 def _one_line(exc: Exception) -> str:
     """Hydra's message, with the first line of OmegaConf's reason when Hydra hides it ("Error merging override
-    model.bias=maybe: Value 'maybe' is not a valid bool (type str); choose one of: true, false")."""
+    model.bias=maybe: Value 'maybe' is not a valid bool (type str); choose one of: true, false"). A key the
+    schema lacks is named with the closest valid ones (Hydra's own advice, the `+key` form, would add a key
+    that nothing reads); an override Hydra cannot lex gets the quoting that works."""
     message, cause = str(exc).strip(), exc.__cause__
+    if unknown := re.match(r"Could not override '([^']+)'\.\s+To append to your config use", message):
+        return unknown_key(unknown[1])
+    if "LexerNoViableAltException" in message or "OverrideParseException" in type(exc).__name__:
+        override = message.splitlines()[0].removeprefix("LexerNoViableAltException: ").strip()
+        key, sep, value = override.partition("=")
+        if sep:
+            return (f"cannot parse the override {override!r} (spaces, brackets or non-ASCII characters in a "
+                    f"value need quotes): write it as \"{key}='{value}'\"")
+        return message.splitlines()[0]
     if cause is None or not str(cause).strip():
         return message
     reason = str(cause).strip().splitlines()[0]

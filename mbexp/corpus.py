@@ -1,5 +1,6 @@
 """Corpora as lists of documents: the embedded big.txt, a user's text files, hub datasets."""
 
+import codecs
 import glob
 import hashlib
 import os
@@ -88,6 +89,36 @@ def text_files(path: str) -> list[str]:
     return matches
 
 
+def text_fingerprint(path: str, chunk: int = 1 << 20) -> str:
+    """A hash of the bytes of every file data.path names, in order, streamed; a file that is not UTF-8 text
+    raises CorpusError naming it and the byte offset (datasets' own error names neither)."""
+    files = text_files(path)
+    if not files:
+        raise CorpusError(f"data.path={path} is a folder with no files")
+    h = hashlib.blake2b(digest_size=16)
+    for name in files:
+        with open(name, "rb") as f:
+            offset, rest = 0, b""  # rest: the bytes of a character cut by the chunk boundary
+            while block := f.read(chunk):
+                h.update(block)
+                if (nul := block.find(b"\0")) >= 0:
+                    raise CorpusError(f"{name} is not text: a NUL byte at byte offset {offset + len(rest) + nul} "
+                                      "(a binary file?); data=text reads UTF-8 text files only")
+                data = rest + block
+                try:
+                    _, used = codecs.utf_8_decode(data, "strict", False)
+                except UnicodeDecodeError as err:
+                    raise CorpusError(f"{name} is not UTF-8 text: byte {data[err.start]:#04x} at byte offset "
+                                      f"{offset + err.start} ({err.reason}); convert it (iconv -t UTF-8) or "
+                                      "leave it out of data.path") from None
+                offset, rest = offset + used, data[used:]
+            if rest:
+                raise CorpusError(f"{name} is not UTF-8 text: it ends inside a character at byte offset {offset}; "
+                                  "convert it (iconv -t UTF-8) or leave it out of data.path")
+        h.update(b"\0")  # the file boundaries count (a text file holds no NUL byte): content, not names
+    return h.hexdigest()[:16]
+
+
 def load_text(path: str) -> list[str]:
     """A user's corpus through datasets' text loader, one document per paragraph."""
     from datasets import load_dataset
@@ -95,6 +126,7 @@ def load_text(path: str) -> list[str]:
     files = text_files(path)
     if not files:
         raise CorpusError(f"data.path={path} is a folder with no files")
+    text_fingerprint(path)  # a file that is not UTF-8 stops here, named
     files = [f for f in files if os.path.getsize(f) > 0]  # datasets fails on empty files instead of skipping them
     if not files:
         return []
@@ -138,6 +170,12 @@ class HubDocuments:
         for split in sorted(self.splits):
             for batch in self.splits[split].iter(batch_size=HUB_BATCH):
                 yield from batch["text"]
+
+    def fingerprint(self) -> str:
+        """A hash of datasets' fingerprints of the splits: they change with the hub revision (or a local copy's
+        files, whose modification times they include), without a pass over every document."""
+        parts = "|".join(f"{split}:{self.splits[split]._fingerprint}" for split in sorted(self.splits))
+        return hashlib.blake2b(parts.encode(), digest_size=8).hexdigest()
 
     def __iter__(self) -> Iterator[str]:
         if self.name.startswith("wikitext"):
@@ -184,6 +222,15 @@ def documents(name: str, *, path: str | None = None, max_docs: int | None = None
     if not docs:
         raise CorpusError(f"data={name}: the corpus is empty" + (f" (data.path={path})" if path else ""))
     return docs[:max_docs] if max_docs else docs
+
+
+def fingerprint(name: str, *, path: str | None = None, max_docs: int | None = None) -> str | None:
+    """The content hash that joins a run's identity: None for bigtxt (pinned by its md5, BIGTXT_MD5)."""
+    if name == "text":
+        return text_fingerprint(path)
+    if name in HUB:
+        return load_hub(name, max_docs).fingerprint()
+    return None
 
 
 def split_of(doc: str, val_fraction: float, test_fraction: float = 0.0) -> str:

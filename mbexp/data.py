@@ -102,8 +102,9 @@ def _digest(path: Path) -> str:
     return hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest()
 
 
-def load_cache(path: Path) -> TokenData | None:
-    """The cache at `path` if meta.json is there and every file matches its size and digest."""
+def load_cache(path: Path, *, warn: bool = True) -> TokenData | None:
+    """The cache at `path` if meta.json is there and every file matches its size and digest; a damaged one
+    is reported (unless warn=False: a second look, after the first has said so)."""
     meta_path = path / "meta.json"
     try:
         meta = json.loads(meta_path.read_text())
@@ -119,7 +120,7 @@ def load_cache(path: Path) -> TokenData | None:
     except FileNotFoundError:
         return None
     except (ValueError, KeyError, TypeError, Exception) as exc:  # noqa: B014 - any damage means rebuild
-        if meta_path.exists():
+        if warn and meta_path.exists():
             print(f"warning: token cache {path} is damaged ({exc}); rebuilding it", file=sys.stderr)
         return None
     return TokenData(path, tok, arrays["train"], arrays["val"], arrays["test"], meta, cache_hit=True)
@@ -150,6 +151,8 @@ def build_cache(path: Path, name: str, docs: Iterable[str], *, fractions: tuple[
     tok = train_tokenizer(splits["train"], vocab_size=vocab_size, min_frequency=min_frequency, length=counts["train"])
     path.mkdir(parents=True, exist_ok=True)
     (path / "meta.json").unlink(missing_ok=True)  # meta.json is written last: it marks a complete cache
+    for orphan in path.glob(".*.tmp"):  # a build killed mid-write (SIGKILL) leaves its temporary file; we hold the lock
+        orphan.unlink(missing_ok=True)
     atomic_write(path / "tokenizer.json", lambda tmp: tok.save(tmp))
     written = {s: encode(tok, splits[s], path / f"{s}.bin", desc=s, total=counts[s]) for s in SPLITS}
     meta = {
@@ -191,7 +194,7 @@ def prepare(data_cfg, *, seq_len: int) -> TokenData:
     data = load_cache(path)
     if data is None:
         with file_lock(path.with_suffix(".lock")):  # two processes never build one cache at once
-            data = load_cache(path) or build_cache(
+            data = load_cache(path, warn=False) or build_cache(
                 path, data_cfg.name, docs, fractions=fractions, counts=counts,
                 vocab_size=data_cfg.vocab_size, min_frequency=data_cfg.min_frequency,
             )

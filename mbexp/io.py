@@ -1,30 +1,91 @@
 """Run files, torch-free: atomic writes (a reader sees the old file or the new one, never half of one),
 run summaries and their finished statuses, and the file lock that keeps two processes apart."""
 
+import errno
 import fcntl
 import json
+import math
 import os
 import tempfile
 from collections.abc import Callable
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 
 def atomic_write(path: str | Path, write: Callable[[str], None]) -> None:
     """Call write(tmp_path) for a temporary file beside `path`, fsync it, then rename it over `path`."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
+    full = False
+    with named(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+        try:
+            write(tmp)
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+            os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide results from the rest of a team
+            os.replace(tmp, path)
+        except BaseException as err:
+            Path(tmp).unlink(missing_ok=True)
+            # torch.save on a full disk raises a RuntimeError ("unexpected pos 576 vs 534"): raised below, outside
+            # this block, so that its traceback (whose frames hold the writer's open file, and so the space) goes
+            full = isinstance(err, Exception) and not isinstance(err, OSError) and disk_full(path.parent, 0)
+            if not full:
+                raise
+    if full:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+
+def disk_full(folder: Path, room: int = 1 << 20) -> bool:
+    """Whether the file system of `folder` has no more than `room` bytes left."""
     try:
-        write(tmp)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide results from the rest of a team
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        stat = os.statvfs(folder)
+    except OSError:
+        return False
+    return stat.f_bavail * stat.f_frsize <= room
+
+
+# the errors of a disk that takes no more writes: full, over quota, read-only, not ours
+WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG)
+
+
+@contextmanager
+def named(path: str | Path):
+    """Give an OSError raised in the block the file name `path` when it has none (a write() or fsync() on a full
+    disk names no file), so the one line that reports it can say where."""
+    try:
+        yield
+    except OSError as err:
+        if err.filename is None and err.errno is not None:
+            raise OSError(err.errno, err.strerror, str(path)) from None
         raise
+
+
+def write_error(err: BaseException) -> str | None:
+    """`cannot write PATH: STRERROR (ERRNO)` for an OSError of a disk that takes no more writes, else None."""
+    if not isinstance(err, OSError) or err.errno not in WRITE_ERRNOS:
+        return None
+    return f"cannot write {err.filename or '?'}: {err.strerror} ({errno.errorcode[err.errno]})"
+
+
+def finite(obj):
+    """`obj` for strict JSON: a NaN or infinite float becomes null, and its dict says why in `nonfinite`
+    ({"early_val_loss": "nan"}); a float inside a list becomes null."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, list | tuple):
+        return [finite(v) for v in obj]
+    if not isinstance(obj, dict):
+        return obj
+    out = {k: finite(v) for k, v in obj.items()}
+    why = {k: str(v) for k, v in obj.items() if isinstance(v, float) and not math.isfinite(v)}
+    return out | {"nonfinite": why} if why else out
+
+
+def json_line(record: dict) -> str:
+    """One line of a .jsonl file, strict JSON."""
+    return json.dumps(finite(record), allow_nan=False) + "\n"
 
 
 def write_text(path: str | Path, text: str) -> None:
@@ -32,7 +93,7 @@ def write_text(path: str | Path, text: str) -> None:
 
 
 def write_json(path: str | Path, obj) -> None:
-    write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    write_text(path, json.dumps(finite(obj), indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
 FINISHED = ("completed", "diverged")  # run statuses that a rerun skips and that a table counts
@@ -67,15 +128,21 @@ def file_lock(path: str | Path, *, wait: bool = True, note: str | None = None):
     process dies. wait=False raises BlockingIOError at once if another process holds it; `note` is written
     into the file once it is held (who holds it)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as f:
+    with named(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(path, "a+")  # noqa: SIM115 - closed below, where a full disk's second failure is ignored
+    try:
         fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         try:
             if note is not None:
-                f.seek(0)
-                f.truncate()
-                f.write(note)
-                f.flush()
+                with named(path):  # a full disk fails this write with no file name
+                    f.seek(0)
+                    f.truncate()
+                    f.write(note)
+                    f.flush()
             yield f
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+    finally:
+        with suppress(OSError):  # a note the disk did not take fails its flush once more on close
+            f.close()

@@ -1,8 +1,16 @@
 """Experiment logging behind a small interface: W&B, or nothing."""
 
 import os
+import socket
+import sys
 from pathlib import Path
 from typing import Protocol
+from urllib.parse import urlparse
+
+PROBE_TIMEOUT_S = 3.0  # how long an online run waits to learn that W&B's server is unreachable
+INIT_TIMEOUT_S = 20.0  # wandb.init's own wait for a reachable server (its default is 90 s)
+_offline_reason: dict[str, str | None] = {}  # base URL -> why online failed (None: it worked), once per process
+_warned: set[str] = set()  # the base URLs whose fallback this process has reported
 
 
 class Logger(Protocol):
@@ -19,29 +27,53 @@ class NullLogger:
         pass
 
 
+def wandb_dir(logger_cfg) -> str:
+    """Where wandb/ goes: logger.dir, or $WANDB_DIR while logger.dir keeps its default (as `make table` does)."""
+    return os.environ.get("WANDB_DIR", logger_cfg.dir) if logger_cfg.dir == "." else logger_cfg.dir
+
+
+def server_reachable(base_url: str, timeout: float = PROBE_TIMEOUT_S) -> bool:
+    """Whether a TCP connection to W&B's server opens within `timeout` seconds."""
+    url = urlparse(base_url)
+    try:
+        with socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
 class WandbLogger:
-    """One W&B run per mbexp run: offline unless asked; a resumed run reuses its id."""
+    """One W&B run per mbexp run: offline unless asked; a resumed run reuses its id. Online without a key or
+    a reachable server logs offline instead, with one warning (once per process) giving the `wandb sync` command."""
 
     def __init__(self, logger_cfg, *, run_id: str, name: str, group: str, job_type: str, tags: list[str],
                  config: dict):
         import wandb
 
-        Path(logger_cfg.dir, "wandb").mkdir(parents=True, exist_ok=True)
-        self.run = wandb.init(
-            project=logger_cfg.project,
-            entity=logger_cfg.entity,
-            mode=os.environ.get("WANDB_MODE", logger_cfg.mode),
-            dir=logger_cfg.dir,
-            id=run_id,
-            resume="allow",
-            name=name,
-            group=group,
-            job_type=job_type,
-            tags=tags,
-            config=config,
-            settings=wandb_settings(),
-            reinit="finish_previous",
-        )
+        directory = wandb_dir(logger_cfg)
+        Path(directory, "wandb").mkdir(parents=True, exist_ok=True)
+        mode = os.environ.get("WANDB_MODE", logger_cfg.mode)
+        init = dict(project=logger_cfg.project, entity=logger_cfg.entity, dir=directory, id=run_id, resume="allow",
+                    name=name, group=group, job_type=job_type, tags=tags, config=config, reinit="finish_previous")
+        if mode != "online":
+            self.run = wandb.init(mode=mode, settings=wandb_settings(), **init)
+            return
+        base_url = wandb.setup().settings.base_url  # WANDB_BASE_URL and wandb's settings files applied
+        if base_url not in _offline_reason and not server_reachable(base_url):
+            _offline_reason[base_url] = f"{urlparse(base_url).hostname} is unreachable"
+        if _offline_reason.get(base_url) is None:
+            try:
+                self.run = wandb.init(mode="online", settings=wandb_settings(init_timeout=INIT_TIMEOUT_S), **init)
+                _offline_reason[base_url] = None
+                return
+            except wandb.errors.Error as err:  # no API key (UsageError), no answer in time (CommError)
+                _offline_reason[base_url] = str(err).strip().splitlines()[0].rstrip(".")
+        self.run = wandb.init(mode="offline", settings=wandb_settings(silent=True), **init)  # its lines: ours below
+        if base_url not in _warned:
+            _warned.add(base_url)
+            print(f"warning: W&B online is not possible ({_offline_reason[base_url]}): logging offline to "
+                  f"{Path(directory, 'wandb')}; upload later with: wandb sync {Path(directory, 'wandb')}/offline-run-*",
+                  file=sys.stderr)
 
     def log(self, record: dict, step: int) -> None:
         self.run.log(record, step=step)
@@ -53,11 +85,11 @@ class WandbLogger:
             self.run = None
 
 
-def wandb_settings():
+def wandb_settings(**more):
     """The settings of every mbexp W&B run: quiet, no console capture, no system metrics."""
     import wandb
 
-    return wandb.Settings(quiet=True, console="off", x_disable_stats=True)
+    return wandb.Settings(quiet=True, console="off", x_disable_stats=True, **more)
 
 
 def make_logger(logger_cfg, **run_info) -> Logger:

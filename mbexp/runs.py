@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import platform
+import shlex
 import subprocess
 from dataclasses import asdict
 from importlib import metadata
@@ -20,7 +21,8 @@ NOT_IDENTITY = ("seed", "name", "force", "results_dir", "device", "logger", "slu
 # a key added later is left out of the hash while it has the value that reproduces the old behaviour,
 # and a key that stopped deciding the numbers is hashed at the one value every old run had.
 ADDED_LATER = {"data.test_fraction": 0.0, "model.n_kv_heads": None, "model.bias": False, "model.qk_norm": "none",
-               "norm.alpha_init": 0.5, "ffn.gelu": "exact", "model.emb_scale": False, "model.rope_base": 10000.0}
+               "norm.alpha_init": 0.5, "ffn.gelu": "exact", "model.emb_scale": False, "model.rope_base": 10000.0,
+               "data.fingerprint": None}  # None: bigtxt, pinned by its checksum; text and hub corpora hash content
 # the model options added later, as they read in a row name when set away from their legacy value
 ROW_TAGS = {"model.n_kv_heads": "kv{}", "model.bias": "bias", "model.qk_norm": "qk{}", "ffn.gelu": "gelu{}",
             "norm.alpha_init": "a{}", "model.emb_scale": "embscale", "model.rope_base": "rope{:.0f}"}
@@ -111,6 +113,16 @@ class RunLock:
 
     def __exit__(self, *exc):
         return self.held.__exit__(*exc)
+
+
+def job_command() -> str | None:
+    """The command that runs this job alone (its overrides, a sweep's values resolved), or None outside Hydra:
+    `make table` shows it for a run left unfinished."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    return shlex.join(["python", "-m", "mbexp.train", *HydraConfig.get().overrides.task])
 
 
 def git_commit() -> str:

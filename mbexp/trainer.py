@@ -1,7 +1,6 @@
 """The training loop: `train(cfg)` runs (or resumes, or skips) one run and returns its summary."""
 
 import contextlib
-import json
 import logging
 import math
 import os
@@ -18,8 +17,9 @@ from tqdm.auto import tqdm
 
 from mbexp import checkpoint, distributed, speed
 from mbexp.config import Config, ConfigError, model_spec, to_object
+from mbexp.corpus import fingerprint
 from mbexp.data import Batches, TokenData, prepare
-from mbexp.io import FINISHED, read_summary, write_json, write_text
+from mbexp.io import FINISHED, json_line, named, read_summary, write_error, write_json, write_text
 from mbexp.logger import NullLogger, make_logger
 from mbexp.model import DecoderLM, flops_per_token, param_counts
 from mbexp.runs import (
@@ -28,6 +28,7 @@ from mbexp.runs import (
     config_hash,
     git_commit,
     identity_flat,
+    job_command,
     row_name,
     run_dir,
     variant_name,
@@ -86,7 +87,10 @@ def train_step(learner: Learner, lr: float, grad_clip: float) -> tuple[torch.Ten
     with autocast(t.device, t.precision):
         _, loss = step_model(x.to(t.device, non_blocking=True), y.to(t.device, non_blocking=True))
     loss.backward()
-    grad_norm = torch.nn.utils.clip_grad_norm_(t.model.parameters(), grad_clip)
+    if grad_clip > 0:
+        grad_norm = torch.nn.utils.clip_grad_norm_(t.model.parameters(), grad_clip)
+    else:  # optim.grad_clip=0: no clipping (as in nanoGPT), the norm still logged
+        grad_norm = torch.nn.utils.get_total_norm([p.grad for p in t.model.parameters() if p.grad is not None])
     t.optimizer.step()
     t.optimizer.zero_grad(set_to_none=True)
     return loss.detach(), grad_norm
@@ -168,6 +172,9 @@ def train(cfg) -> dict:
     """Train the run `cfg` describes and return its summary; a finished run is skipped, an
     interrupted one resumed from its checkpoint, a run locked by another process left alone."""
     cfg = to_object(cfg)
+    # the corpus content joins the identity (an edited data=text file is a new run); a file that is not text
+    # stops here, before any run file
+    cfg.data.fingerprint = fingerprint(cfg.data.name, path=cfg.data.path, max_docs=cfg.data.max_docs)
     directory, chash = run_dir(cfg), config_hash(cfg)
     if done := _finished(directory, chash, cfg.force):
         return done
@@ -186,8 +193,7 @@ def train(cfg) -> dict:
         with lock:
             # another process may have finished it between the first look and the lock
             return _finished(directory, chash, cfg.force) or _train(cfg, data, directory, chash, device, ddp)
-    except RunBusy as exc:
-        log.warning("%s; moving on", exc)
+    except RunBusy:  # the command line says so, and exits 3 (mbexp.train)
         return {"status": "busy", "run_dir": str(directory)}
 
 
@@ -219,9 +225,10 @@ def _train(cfg: Config, data: TokenData, directory: Path, chash: str, device: to
         learner.step_model = DistributedDataParallel(model, device_ids=ids)
     if compiled:
         learner.step_model = compile_model(model if learner.step_model is None else learner.step_model)
-    logger = make_logger(cfg.logger, **run.wandb_info()) if ddp.is_main else NullLogger()
-    stop = StopRequest()
+    logger, stop = NullLogger(), StopRequest()
     try:
+        if ddp.is_main:  # inside the try: a logger that cannot start leaves the summary `failed`, not `running`
+            logger = make_logger(cfg.logger, **run.wandb_info())
         with stop:
             _loop(learner, run, logger, stop)
         if stop.requested:  # stopped cleanly between two steps: resumable from exactly here
@@ -235,8 +242,15 @@ def _train(cfg: Config, data: TokenData, directory: Path, chash: str, device: to
         stop.hand_on()  # under submitit: requeue, then exit
         raise
     except Exception as exc:
-        run.finish("failed", logger, error=f"{type(exc).__name__}: {exc}")
+        with contextlib.suppress(OSError):  # a full or read-only disk may take no summary: the error line says why
+            run.finish("failed", logger, error=failure_text(exc))
         raise
+
+
+def failure_text(exc: BaseException) -> str:
+    """What a failed run's summary and error line say: the path and errno of a disk that takes no more
+    writes, else the exception."""
+    return write_error(exc) or f"{type(exc).__name__}: {exc}"
 
 
 def early_step(steps: int) -> int:
@@ -340,7 +354,7 @@ class _RunState:
                      "compiled": compiled}
         if self.ddp.is_main:
             write_text(self.dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.structured(self.cfg)))
-            write_text(self.dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in self.records))
+            write_text(self.dir / "metrics.jsonl", "".join(json_line(r) for r in self.records))
             self.write_summary("running")
 
     def wandb_info(self) -> dict:
@@ -358,8 +372,9 @@ class _RunState:
             self.early = {"early_step": self.step, "early_val_loss": values["val_loss"],
                           "early_val_bpb": values["val_bpb"]}
         if self.ddp.is_main:
-            with open(self.dir / "metrics.jsonl", "a") as f:
-                f.write(json.dumps(rec) + "\n")
+            path = self.dir / "metrics.jsonl"
+            with named(path), open(path, "a") as f:
+                f.write(json_line(rec))
             logger.log({k: v for k, v in rec.items() if k != "step"}, step=self.step)
 
     def checkpoint(self, learner: Learner) -> None:
@@ -415,7 +430,8 @@ class _RunState:
             "tokens_per_s": round(self.timed_steps * tokens_per_step / self.train_time, 1) if self.train_time else None,
             # the median over log intervals: less sensitive to a moment of load on a shared machine
             "tokens_per_s_median": round(rates[len(rates) // 2], 1) if rates else None,
-            "git_commit": git_commit(), "versions": versions(), "wandb_id": self.wandb_id, **extra,
+            "git_commit": git_commit(), "versions": versions(), "wandb_id": self.wandb_id, "command": job_command(),
+            **extra,
         }
         if self.ddp.is_main:
             write_json(self.dir / "summary.json", summary)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from mbexp.analysis import claims, outputs, render, report, table
 from mbexp.analysis.collect import collect_runs
+from mbexp.io import read_summary, write_error
 
 
 def baseline_arg(text: str) -> tuple[str, str]:
@@ -20,6 +21,29 @@ def baseline_arg(text: str) -> tuple[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Exit 0: tables written (or no runs at all); 1: a malformed input, nothing finished but some runs left
+    unfinished, or a folder that takes no writes; 2: bad arguments (argparse's code), a missing --results."""
+    try:
+        return _main(argv)
+    except OSError as err:  # results/ or wandb/ read-only or full: one line, not a traceback
+        if not write_error(err):
+            raise
+        print(f"error: {write_error(err)}", file=sys.stderr)
+        return 1
+
+
+def unfinished_line(runs, results: Path) -> str:
+    """The error for results holding only unfinished runs: each, and the command that resumes it."""
+    named = []
+    for run in runs.itertuples():
+        command = (read_summary(run.path) or {}).get("command") or "rerun the command that started it"
+        steps = f" of {int(run.steps)}" if run.steps == run.steps else ""  # NaN: a summary older than `steps`
+        named.append(f"{run.path} ({run.status} at step {int(run.step)}{steps}): {command}")
+    return (f"no finished runs under {results / 'runs'}; {len(named)} left unfinished, each resumed by its "
+            f"command: {'; '.join(named)}")
+
+
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--results", type=Path, default=Path("results"), help="results directory (default: results)")
     parser.add_argument("--strict", action="store_true", help="fail on a malformed summary.json instead of skipping")
@@ -36,12 +60,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="where wandb/ goes (default: $WANDB_DIR or .)")
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(levelname)s: %(message)s")
+    if not args.results.is_dir():
+        print(f"error: --results {args.results} is not a folder (it should hold runs/)", file=sys.stderr)
+        return 2
     try:
         runs = collect_runs(args.results, strict=args.strict)
         tables = table.tables_for(runs, dict(args.baseline), tune=args.tune, margin=args.margin)
         verdicts = claims.evaluate_file(args.results / "claims.yaml", tables)  # none without a claims file
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
+        return 1
+    if not tables and len(runs):
+        print(f"error: {unfinished_line(runs, args.results)}", file=sys.stderr)
         return 1
     if not tables:
         print(f"no finished runs under {args.results / 'runs'} — run python -m mbexp.train first")

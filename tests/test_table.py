@@ -396,10 +396,14 @@ def make_table(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_cli_without_results_prints_one_line(tmp_path):
-    done = make_table("--results", str(tmp_path / "results"))
+    done = make_table("--results", str(tmp_path))
     assert done.returncode == 0
     assert done.stdout.strip().count("\n") == 0 and "no finished runs" in done.stdout
     assert "Traceback" not in done.stderr
+    typo = make_table("--results", str(tmp_path / "resluts"))
+    assert typo.returncode == 2 and not typo.stdout
+    assert typo.stderr.splitlines() == [
+        f"error: --results {tmp_path / 'resluts'} is not a folder (it should hold runs/)"]
 
 
 def test_cli_writes_and_prints_tables_and_rejects_bad_options(tmp_path):

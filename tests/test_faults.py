@@ -1,0 +1,350 @@
+"""Issue 20: every bad input, fault or outage ends in one true line; every input a run depends on is in its identity.
+
+Each case runs `python -m mbexp.train` as a user types it and checks the exit code, the one `error:`/`warning:`
+line on stderr, no traceback, and what is left under results/ (nothing, or the resumable run)."""
+
+import errno
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from tiny import REPO, clean, mbexp_train, metrics, overrides, summaries
+
+from mbexp import corpus, data
+from mbexp.analysis.collect import collect_runs
+from mbexp.analysis.table import tables_for
+from mbexp.config import DataConfig, compose_config, model_spec, to_object
+from mbexp.io import finite, json_line
+from mbexp.model import DecoderLM
+from mbexp.runs import RunLock, run_dir
+from mbexp.trainer import Learner, make_optimizer, train, train_step
+
+SHORT = ["train.steps=2", "train.eval_every=2", "train.log_every=1", "train.checkpoint_every=100"]
+TEXT = "\n\n".join(f"Paragraph {i}: the quick brown fox jumps over the lazy dog, then naps." for i in range(300))
+
+
+def flagged(stderr: str) -> list[str]:
+    """The lines a user reads as the outcome: `error: ...` and `warning: ...`."""
+    return [line for line in stderr.splitlines() if line.startswith(("error:", "warning:"))]
+
+
+def run_cli(tmp: Path, cache: Path, *extra: str, env: dict | None = None, logger: str = "none"):
+    return mbexp_train(clean(overrides(tmp, cache, *SHORT, *extra, logger=logger)), env=env)
+
+
+def the_run_dir(tmp: Path, cache: Path, *extra: str) -> Path:
+    return run_dir(to_object(compose_config(clean(overrides(tmp, cache, *SHORT, *extra)))))
+
+
+def text_file(tmp: Path, text: str = TEXT) -> Path:
+    path = tmp / "corpus.txt"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def latin1(tmp: Path) -> list[str]:
+    path = tmp / "latin1.txt"
+    path.write_bytes("a café\n".encode("latin-1"))
+    return ["data=text", f"data.path={path}"]
+
+
+def binary_in_folder(tmp: Path) -> list[str]:
+    folder = tmp / "texts"
+    folder.mkdir()
+    (folder / "a.txt").write_text(TEXT, encoding="utf-8")
+    (folder / "b.bin").write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)))
+    return ["data=text", f"data.path={folder}"]
+
+
+# (id, the overrides given a test's folder, what the one line says)
+BAD_INPUTS = [
+    ("unknown +key", lambda tmp: ["+model.n_layer=8"], ["model.n_layer is not a config key", "model.n_layers"]),
+    ("unknown key", lambda tmp: ["model.foo=1"], ["model.foo is not a config key"]),
+    ("grad_clip -1", lambda tmp: ["optim.grad_clip=-1"], ["optim.grad_clip=-1.0 must be >= 0"]),
+    ("grad_clip nan", lambda tmp: ["optim.grad_clip=nan"], ["optim.grad_clip=nan must be a finite number"]),
+    ("grad_clip inf", lambda tmp: ["optim.grad_clip=inf"], ["optim.grad_clip=inf must be a finite number"]),
+    ("lr nan", lambda tmp: ["optim.lr=nan"], ["optim.lr=nan must be a finite number"]),
+    ("lr -inf", lambda tmp: ["optim.lr=-inf"], ["optim.lr=-inf must be a finite number"]),
+    ("impossible combination", lambda tmp: ["-m", "model.n_heads=2,4", "model.n_kv_heads=2,4"],
+     ["error: 1 of 4 combinations of this sweep cannot run: model.n_heads=2 model.n_kv_heads=4 (model.n_kv_heads=4 "
+      "must divide model.n_heads=2; choose one of: 1, 2); leave them out"]),
+    ("latin-1 text", latin1, ["latin1.txt is not UTF-8 text: byte 0xe9 at byte offset 5"]),
+    ("binary file in a folder", binary_in_folder, ["b.bin is not text: a NUL byte at byte offset 7"]),
+    ("unquoted path", lambda tmp: ["data=text", "data.path=/tmp/café corpus.txt"],
+     ["quotes", "\"data.path='/tmp/café corpus.txt'\""]),
+]
+
+
+
+@pytest.mark.parametrize(("extra", "says"), [case[1:] for case in BAD_INPUTS], ids=[case[0] for case in BAD_INPUTS])
+def test_a_bad_input_stops_before_any_job_with_one_line_and_exit_2(tmp_path, cache, extra, says):
+    proc = run_cli(tmp_path, cache, *extra(tmp_path))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    (line,) = flagged(proc.stderr)
+    assert line.startswith("error: ") and all(s in line for s in says), line
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.slow
+def test_a_valid_sweep_is_never_refused_for_another_lists_value(tmp_path, cache):
+    # every combination valid (d_model 64: 8 and 16 heads of 8 and 4 dims); each value checked beside the others'
+    # defaults would pair n_kv_heads=8 with the default n_heads=2
+    proc = run_cli(tmp_path, cache, "-m", "model.d_model=64", "model.n_heads=8,16", "model.n_kv_heads=4,8",
+                   "train.steps=1", "train.eval_every=1")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert sorted((s["identity"]["model.n_heads"], s["identity"]["model.n_kv_heads"])
+                  for s in summaries(tmp_path / "results")) == [(8, 4), (8, 8), (16, 4), (16, 8)]
+
+
+@pytest.fixture
+def listening_port():
+    """A local TCP port that accepts connections and never answers: a reachable server without W&B behind it."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        yield server.getsockname()[1]
+
+
+@pytest.mark.parametrize("server", ["unreachable", "reachable"])
+def test_wandb_online_without_key_or_network_falls_back_to_offline_in_seconds(tmp_path, cache, server, request):
+    port = request.getfixturevalue("listening_port") if server == "reachable" else 1  # port 1: refused at once
+    env = {"WANDB_MODE": "online", "WANDB_BASE_URL": f"http://127.0.0.1:{port}", "WANDB_API_KEY": "",
+           "WANDB_DIR": str(tmp_path / "wb")}
+    started = time.monotonic()
+    proc = mbexp_train([a for a in clean(overrides(tmp_path, cache, *SHORT, logger="wandb")) if "logger.dir" not in a],
+                       env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert time.monotonic() - started < 60  # not wandb's 90 s init timeout
+    (line,) = flagged(proc.stderr)
+    reason = "is unreachable" if server == "unreachable" else "No API key"
+    assert line.startswith("warning: W&B online is not possible") and reason in line, line
+    assert f"wandb sync {tmp_path / 'wb' / 'wandb'}/offline-run-*" in line
+    assert "Traceback" not in proc.stderr
+    assert [s["status"] for s in summaries(tmp_path / "results")] == ["completed"]
+    assert len(list((tmp_path / "wb" / "wandb").glob("offline-run-*"))) == 1, "WANDB_DIR honoured"
+
+
+def test_a_run_held_by_another_process_exits_3_naming_it(tmp_path, cache):
+    directory = the_run_dir(tmp_path, cache)
+    with RunLock(directory):
+        proc = run_cli(tmp_path, cache)
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    (line,) = flagged(proc.stderr)
+    assert line == (f"error: run {directory} is being trained by another process: left to it; rerun the same "
+                    "command once that process ends (finished runs are skipped)")
+    assert [p.name for p in directory.iterdir()] == [".lock"]
+
+
+def mount_tmpfs(path: Path, *options: str) -> bool:
+    path.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join(("size=1m", *options)), "tmpfs", str(path)],
+                          capture_output=True).returncode == 0
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 1 MiB tmpfs (needs root and mount; skipped elsewhere, where test_write_errors_* below still run)."""
+    disk = tmp_path / "disk"
+    if not mount_tmpfs(disk):
+        pytest.skip("cannot mount a tmpfs here")
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def fill(disk: Path) -> Path:
+    filler = disk / "filler"
+    subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=4k"], capture_output=True)
+    return filler
+
+
+@pytest.mark.slow
+def test_a_full_disk_ends_in_one_line_and_the_rerun_trains(small_disk, cache):
+    filler = fill(small_disk)
+    proc = run_cli(small_disk, cache)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    directory = the_run_dir(small_disk, cache)
+    (line,) = flagged(proc.stderr)
+    assert line == (f"error: run {directory} failed before it wrote its summary.json (cannot write {directory}/.lock: "
+                    "No space left on device (ENOSPC)); rerun the same command to resume once the disk takes writes")
+    assert "Logging error" not in proc.stderr + proc.stdout and "Traceback" not in proc.stderr
+    assert not (small_disk / "results" / "hydra").exists(), "Hydra's log folder went elsewhere"
+    filler.unlink()
+    again = run_cli(small_disk, cache)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert [s["status"] for s in summaries(small_disk / "results")] == ["completed"]
+
+
+@pytest.mark.slow
+def test_a_read_only_results_folder_skips_finished_runs_and_fails_new_ones_in_one_line(small_disk, cache):
+    assert run_cli(small_disk, cache).returncode == 0
+    before = sorted(p.relative_to(small_disk) for p in small_disk.rglob("*"))
+    assert subprocess.run(["mount", "-o", "remount,ro", str(small_disk)]).returncode == 0
+    skipped = run_cli(small_disk, cache)
+    assert skipped.returncode == 0, skipped.stderr[-2000:]
+    assert not flagged(skipped.stderr) and "already completed" in skipped.stdout
+    new = run_cli(small_disk, cache, "seed=1")
+    assert new.returncode == 1, new.stderr[-2000:]
+    (line,) = flagged(new.stderr)
+    assert "cannot write" in line and "Read-only file system (EROFS)" in line and "Traceback" not in new.stderr
+    assert sorted(p.relative_to(small_disk) for p in small_disk.rglob("*")) == before
+    table = subprocess.run([sys.executable, "scripts/make_table.py", "--results", str(small_disk / "results"),
+                            "--no-wandb"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert table.returncode == 1 and "Traceback" not in table.stderr
+    (line,) = flagged(table.stderr)
+    assert line.startswith(f"error: cannot write {small_disk / 'results'}") and "(EROFS)" in line
+
+
+def test_write_errors_name_the_path_and_errno_and_the_summary_says_failed(tmp_path, cache, monkeypatch):
+    # a disk that fills at the first checkpoint: torch.save's OSError names no file; the run's does
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(torch, "save", full)
+    cfg = compose_config(clean(overrides(tmp_path, cache, "train.steps=4", "train.checkpoint_every=2")))
+    directory = run_dir(to_object(cfg))
+    with pytest.raises(OSError) as raised:
+        train(cfg)
+    assert raised.value.errno == errno.ENOSPC and raised.value.filename == str(directory / "checkpoint.pt")
+    summary = json.loads((directory / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["step"] == 2
+    assert summary["error"] == f"cannot write {directory / 'checkpoint.pt'}: No space left on device (ENOSPC)"
+    assert not list(directory.glob(".*.tmp"))
+    monkeypatch.undo()
+    assert train(cfg)["status"] == "completed"
+
+
+@pytest.mark.slow
+def test_an_interrupted_run_is_named_by_make_table_with_the_command_that_resumes_it(tmp_path, cache):
+    args = clean(overrides(tmp_path, cache, "train.steps=100000", "train.log_every=1", "train.checkpoint_every=5"))
+    proc = subprocess.Popen([sys.executable, "-m", "mbexp.train", *args], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    found = []
+    while time.monotonic() < deadline and not found:  # wait for training, not for a time
+        found = [p for p in (tmp_path / "results").glob("runs/**/metrics.jsonl") if p.read_text().count("\n") >= 2]
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert found and proc.returncode == 130, err
+    table = subprocess.run([sys.executable, "scripts/make_table.py", "--results", str(tmp_path / "results"),
+                            "--no-wandb"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert table.returncode == 1
+    (line,) = flagged(table.stderr)
+    directory = found[0].parent
+    assert line.startswith(f"error: no finished runs under {tmp_path / 'results' / 'runs'}; 1 left unfinished")
+    assert f"{directory} (interrupted at step " in line and " of 100000): python -m mbexp.train " in line
+    assert line.endswith(" ".join(args)), "the command repeats the run's overrides"
+
+
+def test_an_edited_text_corpus_is_a_new_run_in_its_own_row_and_the_old_one_still_skips(tmp_path, cache):
+    path = text_file(tmp_path)
+    base = ["data=text", f"data.path={path}", "data.vocab_size=300", "train.steps=3", "train.eval_every=3"]
+
+    def run(*extra):
+        cfg = compose_config(clean(overrides(tmp_path, cache, *base, *extra)))
+        return train(cfg)
+
+    first = run()
+    (summary_file,) = (tmp_path / "results").glob("runs/**/summary.json")
+    written = summary_file.read_bytes()
+    path.write_text(TEXT + "\n\nA new paragraph the first run never saw.", encoding="utf-8")
+    edited = run()
+    assert edited["status"] == "completed" and edited["config_hash"] != first["config_hash"]
+    assert edited["identity"]["data.fingerprint"] != first["identity"]["data.fingerprint"]
+    assert run("seed=1")["config_hash"] == edited["config_hash"]
+    (table,) = tables_for(collect_runs(tmp_path / "results")).values()
+    assert sorted(table.rows["n"]) == [1, 2], "two rows: the old corpus (seed 0), the edited one (seeds 0 and 1)"
+    path.write_text(TEXT, encoding="utf-8")
+    assert run() == first and summary_file.read_bytes() == written, "the original run is skipped, not rerun"
+
+
+def test_bigtxt_runs_keep_their_identity():
+    cfg = to_object(compose_config([]))
+    assert corpus.fingerprint(cfg.data.name) is None  # pinned by its md5: GOLDEN_RUN_DIRS keep their directories
+
+
+def test_grad_clip_0_trains_unclipped_and_logs_the_norm(tmp_path, cache, bigtxt_tokens):
+    summary = train(compose_config(clean(overrides(tmp_path, cache, "optim.grad_clip=0"))))
+    directory = run_dir(to_object(compose_config(clean(overrides(tmp_path, cache, "optim.grad_clip=0")))))
+    trains = [r for r in metrics(directory) if "train_loss" in r]
+    assert summary["status"] == "completed" and trains[-1]["train_loss"] < trains[0]["train_loss"] - 0.5
+    assert all(r["grad_norm"] > 0 for r in trains)
+
+    def one_step(grad_clip: float | None):
+        cfg = to_object(compose_config(["+experiment=smoke", "data.vocab_size=512", "model.seq_len=32"]))
+        torch.manual_seed(0)
+        model = DecoderLM(model_spec(cfg, bigtxt_tokens.vocab_size))
+        batches = data.Batches(bigtxt_tokens, seq_len=32, batch_size=4, seed=0, val_windows=2)
+        learner = Learner(model, make_optimizer(model, cfg.optim, torch.device("cpu")), batches,
+                          torch.device("cpu"), "fp32")
+        if grad_clip is not None:
+            train_step(learner, 1e-3, grad_clip)
+        else:  # the reference: the same step with no clipping call at all
+            for group in learner.optimizer.param_groups:
+                group["lr"] = 1e-3
+            x, y = batches.next_train()
+            model(x, y)[1].backward()
+            learner.optimizer.step()
+        return [p.detach().clone() for p in model.parameters()]
+
+    reference = one_step(None)
+    assert all(torch.equal(a, b) for a, b in zip(one_step(0.0), reference))
+    assert not all(torch.equal(a, b) for a, b in zip(one_step(1e-3), reference)), "a real clip changes the step"
+
+
+def test_strict_json_writes_null_and_says_why():
+    assert finite({"loss": math.nan, "norm": math.inf, "ok": 1.0}) == {
+        "loss": None, "norm": None, "ok": 1.0, "nonfinite": {"loss": "nan", "norm": "inf"}}
+    assert json.loads(json_line({"train_loss": -math.inf})) == {"train_loss": None, "nonfinite": {"train_loss": "-inf"}}
+
+
+def test_a_diverged_run_writes_strict_json(tmp_path, cache):
+    summary = train(compose_config(clean(overrides(tmp_path, cache, "optim.lr=1e6", "optim.warmup_steps=0",
+                                                   "train.steps=6", "train.log_every=1"))))
+    assert summary["status"] == "diverged"
+    directory = run_dir(to_object(compose_config(clean(overrides(tmp_path, cache, "optim.lr=1e6",
+                                                                  "optim.warmup_steps=0", "train.steps=6",
+                                                                  "train.log_every=1")))))
+    for text in [(directory / "summary.json").read_text(), *(directory / "metrics.jsonl").read_text().splitlines()]:
+        json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in strict JSON"))
+
+
+def test_a_cache_build_killed_mid_write_leaves_no_temporary_file(tmp_path, capsys):
+    cfg = DataConfig(name="text", path=str(text_file(tmp_path)), vocab_size=300, cache_dir=str(tmp_path / "cache"))
+    built = data.prepare(cfg, seq_len=16)
+    orphan = built.path / ".train.bin.abc123.tmp"  # what SIGKILL during encode() leaves behind
+    orphan.write_bytes(b"half")
+    (built.path / "train.bin").write_bytes(b"damaged")
+    capsys.readouterr()
+    data.prepare(cfg, seq_len=16)
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "is damaged" in warnings[0], "the damage is reported once"
+    assert not list(built.path.glob(".*.tmp"))
+
+
+def test_a_hub_corpus_fingerprint_follows_its_content(tmp_path, monkeypatch):
+    import datasets
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf_datasets")
+    monkeypatch.setitem(corpus.HUB, "tinystories", (str(tmp_path / "TinyStories"), None))
+    train_file = tmp_path / "TinyStories" / "data" / "train-00000-of-00001.parquet"
+    train_file.parent.mkdir(parents=True)
+
+    def stories(*texts: str) -> str:
+        pq.write_table(pa.table({"text": list(texts)}), train_file)
+        return corpus.fingerprint("tinystories")
+
+    first = stories("Once upon a time.", "The end.")
+    assert corpus.fingerprint("tinystories") == first  # the same files, read again
+    assert stories("Once upon a time.", "A different end.") != first
