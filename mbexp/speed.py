@@ -61,7 +61,10 @@ def native_bf16(flags: list[str]) -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def cpu_has_bf16() -> bool:
+def has_native_bf16(device: torch.device) -> bool:
+    """Whether this device runs bf16 matmuls natively: a GPU that supports bf16, a CPU with AVX512-BF16 or AMX."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
     return native_bf16(isa_flags(cpuinfo()))
 
 
@@ -132,9 +135,7 @@ def resolve_precision(setting: str, device: torch.device, found: dict | None = N
         return setting
     if found and "precision" in found:
         return "bf16" if bf16_pays(found["precision"]) else "fp32"
-    if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    return "bf16" if cpu_has_bf16() else "fp32"
+    return "bf16" if has_native_bf16(device) else "fp32"
 
 
 def resolve_compile(setting: str, device: torch.device, steps: int, precision: str,

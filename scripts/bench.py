@@ -262,8 +262,7 @@ def speed_bar(bench: Bench) -> dict:
     to be what compile=auto decides from that record: steady tokens/s, compile time, the whole run
     extrapolated, the step counts after which compiling pays."""
     args, window, device = bench.args, bench.args.window, bench.device
-    native = device.type == "cuda" or speed.cpu_has_bf16()
-    precisions = ("fp32", "bf16") if native or bench.auto == "bf16" else ("fp32",)
+    precisions = ("fp32", "bf16") if speed.has_native_bf16(device) or bench.auto == "bf16" else ("fp32",)
     # "plain" is the fp32 eager loop: nanoGPT's, and mbexp's own at precision=fp32, compile=false
     specs = {"plain": ("fp32", False)} | {f"{p}_compiled": (p, True) for p in precisions} | {
         f"{p}_eager": (p, False) for p in precisions if p != "fp32"}
@@ -394,8 +393,8 @@ def precision_check(bench: Bench) -> dict:
     """precision=fp32 against bf16 autocast: the trainer (eager), same seed and budget; recorded (mbexp.speed),
     so precision=auto picks bf16 from here on only if it was measurably faster at equal loss. Measured where
     bf16 runs natively (CUDA, a CPU with AVX512-BF16 or AMX); elsewhere precision=auto is fp32 unmeasured."""
-    if bench.device.type == "cpu" and not speed.cpu_has_bf16():
-        log("  no native bf16 on this CPU: precision=auto stays fp32, not measured")
+    if not speed.has_native_bf16(bench.device):
+        log("  no native bf16 here: precision=auto stays fp32, not measured")
         return {"measured": False, "auto": bench.auto}
     steps = bench.args.val_steps
     out = {}

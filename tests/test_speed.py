@@ -56,7 +56,7 @@ def test_precision_auto_picks_bf16_only_where_recorded_faster_at_equal_loss():
         assert speed.resolve_precision("auto", device, {"precision": slower}) == "fp32"
         assert speed.resolve_precision("auto", device, {"precision": worse}) == "fp32"
         assert speed.resolve_precision("bf16", device, {"precision": slower}) == "bf16"  # a setting wins
-    assert speed.resolve_precision("auto", CPU, {}) == ("bf16" if speed.cpu_has_bf16() else "fp32")
+    assert speed.resolve_precision("auto", CPU, {}) == ("bf16" if speed.has_native_bf16(CPU) else "fp32")
 
 
 def test_the_cpu_isa_is_read_from_cpuinfo():
