@@ -17,6 +17,8 @@ import torch
 from mbexp.io import write_json
 
 RECORD_FILE = "speed.json"
+PRECISION_KEYS = ("fp32_tokens_s", "bf16_tokens_s", "val_loss_rel_diff")  # what a precision measurement holds
+COMPILE_KEYS = ("eager_step_s", "compiled_step_s", "compile_s")  # ... and a compile measurement, per precision
 # The ISA flags (of /proc/cpuinfo) that decide CPU speed here: bf16 matmuls need AVX512-BF16 or AMX.
 ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
 MIN_SPEEDUP = 1.05  # "measurably faster": beyond the few-% spread of identical runs on a shared machine
@@ -88,29 +90,45 @@ def record_path(cache_dir: str | Path) -> Path:
     return Path(cache_dir) / RECORD_FILE
 
 
-def measured(cache_dir: str | Path, device: torch.device, spec, batch_size: int) -> dict:
-    """What the record holds for this machine and shape ({} when nothing, or when it is unreadable)."""
+def load_record(cache_dir: str | Path) -> dict:
+    """The whole record, every machine's ({} when there is none or it is unreadable)."""
     try:
-        record = json.loads(record_path(cache_dir).read_text())
+        whole = json.loads(record_path(cache_dir).read_text())
     except (OSError, ValueError):
         return {}
-    return record.get(machine_key(device), {}).get(shape_key(spec, batch_size), {})
+    return whole if isinstance(whole, dict) else {}
+
+
+def measured(cache_dir: str | Path, device: torch.device, spec, batch_size: int) -> dict:
+    """What the record holds for this machine and shape: its well-formed measurements only ({} when none, or
+    when the file is unreadable), so a damaged record leaves the decision to the rules instead of failing runs."""
+    entry = load_record(cache_dir).get(machine_key(device))
+    entry = entry.get(shape_key(spec, batch_size)) if isinstance(entry, dict) else None
+    if not isinstance(entry, dict):
+        return {}
+    found = {}
+    if _numbers(entry.get("precision"), PRECISION_KEYS):
+        found["precision"] = entry["precision"]
+    compile_ = entry.get("compile") if isinstance(entry.get("compile"), dict) else {}
+    if timings := {p: m for p, m in compile_.items() if _numbers(m, COMPILE_KEYS)}:
+        found["compile"] = timings
+    return found
+
+
+def _numbers(m, keys: tuple[str, ...]) -> bool:
+    return isinstance(m, dict) and all(isinstance(m.get(k), int | float) for k in keys)
 
 
 def record(cache_dir: str | Path, device: torch.device, spec, batch_size: int, about: dict, **found) -> None:
     """Merge measurements (precision={...} or compile={precision: {...}}) into this machine's record of a shape."""
-    path = record_path(cache_dir)
-    try:
-        whole = json.loads(path.read_text())
-    except (OSError, ValueError):
-        whole = {}
+    whole = load_record(cache_dir)
     entry = whole.setdefault(machine_key(device), {}).setdefault(shape_key(spec, batch_size), {})
     entry["about"] = about
     if "precision" in found:
         entry["precision"] = found["precision"]
     if "compile" in found:  # one precision's measurement leaves the other's
         entry["compile"] = entry.get("compile", {}) | found["compile"]
-    write_json(path, whole)
+    write_json(record_path(cache_dir), whole)
 
 
 def bf16_pays(m: dict) -> bool:

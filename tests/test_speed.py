@@ -1,6 +1,7 @@
 """precision=auto and compile=auto follow what was measured on this machine (mbexp.speed's record), else the
 measured rules; no test times anything: the measurements are written as `make bench` would write them."""
 
+import json
 import shutil
 
 import torch
@@ -80,11 +81,16 @@ def test_the_record_is_per_machine_and_shape_and_keeps_each_precisions_measureme
     speed.record(tmp_path, CPU, spec, 16, about, compile={"bf16": COMPILE_PAYS})
     speed.record(tmp_path, CPU, spec, 16, about, compile={"fp32": EAGER_FASTER})
     found = speed.measured(tmp_path, CPU, spec, 16)
-    assert found["compile"] == {"bf16": COMPILE_PAYS, "fp32": EAGER_FASTER} and found["about"] == about
+    assert found == {"compile": {"bf16": COMPILE_PAYS, "fp32": EAGER_FASTER}}
+    assert speed.load_record(tmp_path)[speed.machine_key(CPU)][speed.shape_key(spec, 16)]["about"] == about
     assert speed.measured(tmp_path, CPU, spec, 32) == {}  # another batch size is another shape
     assert speed.measured(tmp_path, CPU, model_spec(to_object(compose_config(["ffn=swiglu"])), 4096), 16) == {}
-    speed.record_path(tmp_path).write_text("{not json")
-    assert speed.measured(tmp_path, CPU, spec, 16) == {}  # an unreadable record: the rules decide
+    # a measurement missing a number is left out, the rest kept; an unreadable record leaves it to the rules
+    speed.record(tmp_path, CPU, spec, 16, about, precision={"fp32_tokens_s": 1.0}, compile={"fp32": {"x": 1}})
+    assert speed.measured(tmp_path, CPU, spec, 16) == {"compile": {"bf16": COMPILE_PAYS}}
+    for damaged in ("{not json", "[]", json.dumps({speed.machine_key(CPU): 3})):
+        speed.record_path(tmp_path).write_text(damaged)
+        assert speed.measured(tmp_path, CPU, spec, 16) == {}
 
 
 def test_a_run_follows_the_record_for_its_shape(tmp_path, cache):
