@@ -3,12 +3,13 @@
 import os
 import socket
 import sys
+import threading
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlparse
 
 PROBE_TIMEOUT_S = 3.0  # how long an online run waits to learn that W&B's server is unreachable
-INIT_TIMEOUT_S = 20.0  # wandb.init's own wait for a reachable server (its default is 90 s)
+INIT_TIMEOUT_S = 10.0  # wandb.init's own wait for a server that answers the probe (its default: 90 s); then offline
 _offline_reason: dict[str, str | None] = {}  # base URL -> why online failed (None: it worked), once per process
 _warned: set[str] = set()  # the base URLs whose fallback this process has reported
 
@@ -33,13 +34,22 @@ def wandb_dir(logger_cfg) -> str:
 
 
 def server_reachable(base_url: str, timeout: float = PROBE_TIMEOUT_S) -> bool:
-    """Whether a TCP connection to W&B's server opens within `timeout` seconds."""
+    """Whether a TCP connection to W&B's server opens within `timeout` seconds, name lookup included (a socket's
+    timeout does not bound the lookup, so the probe runs in a thread that is given up on)."""
     url = urlparse(base_url)
-    try:
-        with socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout):
-            return True
-    except (OSError, ValueError):
-        return False
+    opened = []
+
+    def connect() -> None:
+        try:
+            with socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout):
+                opened.append(True)
+        except (OSError, ValueError):
+            pass
+
+    probe = threading.Thread(target=connect, daemon=True)
+    probe.start()
+    probe.join(timeout)
+    return bool(opened)
 
 
 class WandbLogger:
@@ -68,6 +78,7 @@ class WandbLogger:
                 return
             except wandb.errors.Error as err:  # no API key (UsageError), no answer in time (CommError)
                 _offline_reason[base_url] = str(err).strip().splitlines()[0].rstrip(".")
+                wandb.teardown()  # the service still holds the run that never started: its id would be "in use"
         self.run = wandb.init(mode="offline", settings=wandb_settings(silent=True), **init)  # its lines: ours below
         if base_url not in _warned:
             _warned.add(base_url)

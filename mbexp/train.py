@@ -78,7 +78,7 @@ def _failure(cfg: DictConfig, exc: Exception) -> str:
     then = "; rerun the same command to resume once the disk takes writes" if write_error(exc) else "; see the log"
     summary = read_summary(directory) or {}
     if summary.get("status") == "failed" and summary.get("error") == error:
-        return f"run {directory} failed ({error}); see its summary.json{then}"
+        return f"run {directory} failed ({error}); see its summary.json{then.replace('; see', ' and')}"
     if summary:
         return f"run {directory} failed ({error}); its summary.json could not say so{then}"
     if directory.exists():
@@ -129,40 +129,46 @@ def _terminated(signum, frame):
 MAX_COMBINATIONS = 512
 
 
-def check_config(args: list[str]) -> Config | None:
+def check_config(args: list[str]) -> list[Config]:
     """Compose and validate the config with the overrides that hold a single value, then every combination of
     the plain sweep lists (`key=a,b,c`) as the sweep will run it, so that a bad value or an impossible
     combination stops here with one line before Hydra starts any job. Sweep functions (range(), choice(),
-    glob()), brackets and quoted values are left to the jobs. Returns the single-value config."""
+    glob()), brackets and quoted values are left to the jobs. Returns the configs checked."""
     if any(a.startswith("-") and a != "--multirun" for a in args):
-        return None  # Hydra's own flags (--cfg, --info, ...): leave the command to Hydra
+        return []  # Hydra's own flags (--cfg, --info, ...): leave the command to Hydra
     mine = [a for a in args if a != "--multirun" and not a.lstrip("+~").startswith("hydra")]
     single = [a for a in mine if "," not in a.partition("=")[2]]
-    base = to_object(compose_config(single))
     lists = {}
     for arg in mine:
         key, _, value = arg.partition("=")
         if "," in value and not any(c in value for c in "()[]{}'\""):
             lists[key] = list(dict.fromkeys(value.split(",")))
+    try:
+        base = to_object(compose_config(single))
+    except ConfigError:
+        if not lists:
+            raise
+        base = None  # it may lack what every combination sets (data=text with data.path=a.txt,b.txt)
     combinations = [[f"{k}={v}" for k, v in zip(lists, values)] for values in itertools.product(*lists.values())]
     if len(combinations) > MAX_COMBINATIONS:
         combinations = [[*(f"{k}={vs[0]}" for k, vs in lists.items() if k != key), f"{key}={v}"]
                         for key, values in lists.items() for v in values]
     composed: dict[tuple, DictConfig] = {}
-    failures = []
-    for combination in combinations:
+    failures, configs = [], [] if base is None else [base]
+    for combination in combinations if lists else []:
         try:
-            to_object(_compose(single, combination, composed))
+            configs.append(to_object(_compose(single, combination, composed)))
         except ConfigError as exc:
             failures.append((combination, str(exc)))
-    if len(failures) == 1 and len(lists) == 1:  # one bad value of one list: its own message names it
-        raise ConfigError(failures[0][1])
+    reasons = {why for _, why in failures}
+    if len(reasons) == 1 and (len(failures) == len(combinations) or len(lists) == 1):
+        raise ConfigError(reasons.pop())  # not the sweep's doing, or one list's bad value: its message names it
     if failures:
         shown = "; ".join(f"{' '.join(c)} ({why})" for c, why in failures[:6])
         more = f"; and {len(failures) - 6} more" if len(failures) > 6 else ""
         raise ConfigError(f"{len(failures)} of {len(combinations)} combinations of this sweep cannot run: {shown}"
                           f"{more}; leave them out (split the sweep into commands without them)")
-    return base
+    return configs
 
 
 def _compose(single: list[str], combination: list[str], composed: dict) -> DictConfig:
@@ -192,9 +198,9 @@ def main() -> None:
     sys.argv = normalize_argv(sys.argv)
     try:
         check_group_choices(sys.argv[1:])
-        cfg = check_config(sys.argv[1:])
-        if cfg is not None and cfg.data.name == "text":  # a file that is not text stops before Hydra's folders
-            fingerprint("text", path=cfg.data.path)
+        configs = check_config(sys.argv[1:])
+        for path in dict.fromkeys(c.data.path for c in configs if c.data.name == "text"):
+            fingerprint("text", path=path)  # a file that is not text stops before Hydra's folders
     except (ConfigError, CorpusError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
@@ -204,7 +210,7 @@ def main() -> None:
     # launcher ran the job
     os.environ["HYDRA_FULL_ERROR"] = "1"
     logging.raiseExceptions = False  # a log file on a full disk: no "--- Logging error ---" traceback per line
-    moved = hydra_dirs(cfg, sys.argv[1:])
+    moved = hydra_dirs(configs[0] if configs else None, sys.argv[1:])
     sys.argv += moved
     signal.signal(signal.SIGTERM, _terminated)
     try:

@@ -64,6 +64,10 @@ def binary_in_folder(tmp: Path) -> list[str]:
     return ["data=text", f"data.path={folder}"]
 
 
+def latin1_in_a_swept_path(tmp: Path) -> list[str]:
+    return ["-m", "data=text", f"data.path={text_file(tmp)},{latin1(tmp)[1].partition('=')[2]}"]
+
+
 # (id, the overrides given a test's folder, what the one line says)
 BAD_INPUTS = [
     ("unknown +key", lambda tmp: ["+model.n_layer=8"], ["model.n_layer is not a config key", "model.n_layers"]),
@@ -78,6 +82,7 @@ BAD_INPUTS = [
       "must divide model.n_heads=2; choose one of: 1, 2); leave them out"]),
     ("latin-1 text", latin1, ["latin1.txt is not UTF-8 text: byte 0xe9 at byte offset 5"]),
     ("binary file in a folder", binary_in_folder, ["b.bin is not text: a NUL byte at byte offset 7"]),
+    ("latin-1 text in a sweep", latin1_in_a_swept_path, ["latin1.txt is not UTF-8 text: byte 0xe9 at byte offset 5"]),
     ("unquoted path", lambda tmp: ["data=text", "data.path=/tmp/café corpus.txt"],
      ["quotes", "\"data.path='/tmp/café corpus.txt'\""]),
 ]
