@@ -75,7 +75,8 @@ def test_missing_planned_runs_are_named(tmp_path):
 
 def test_a_claim_past_one_epoch_says_so(tmp_path):
     sweep(tmp_path, train_tokens=250_000, epochs=2.4576)
-    assert "past 1 epoch (2.46 epochs)" in result(tmp_path).qualifiers
+    past = result(tmp_path)
+    assert "past 1 epoch (2.46 epochs)" in past.qualifiers and "> 1 epoch" in past.tags
     within = tmp_path / "within"
     sweep(within)
     assert not any("epoch" in q for q in result(within).qualifiers)

@@ -66,6 +66,7 @@ class Result:
     planned_verdict: str
     present: dict  # label -> seeds present
     qualifiers: list
+    tags: list = field(default_factory=list)  # the qualifiers in a word or two each, for the README's headline
 
 
 class ClaimsError(ValueError):
@@ -159,8 +160,8 @@ def evaluate_claim(claim: Claim, table: Table | None) -> Result:
     planned = family(claim, table, value, seeds=set(claim.seeds))
     cells = {label: _cells(claim, table, label, value) for label in labels}
     present = {label: sorted(set(runs.loc[runs["status"] == "completed", "seed"])) for label, runs in cells.items()}
-    return Result(claim, comparisons, verdict(comparisons), verdict(planned), present,
-                  qualifiers(claim, table, cells, present, comparisons))
+    texts, tags = qualifiers(claim, table, cells, present, comparisons)
+    return Result(claim, comparisons, verdict(comparisons), verdict(planned), present, texts, tags)
 
 
 _MISSING = object()
@@ -265,26 +266,34 @@ def seed_range(seeds) -> str:
     return ", ".join(f"{a}" if a == b else f"{a}–{b}" if b > a + 1 else f"{a}, {b}" for a, b in parts) or "none"
 
 
-def qualifiers(claim: Claim, table: Table, cells: dict, present: dict, comparisons: list) -> list[str]:
-    """What qualifies the verdict: seeds beyond or short of the plan, epochs, LR, split, slow starts, divergence."""
-    out = []
+def qualifiers(claim: Claim, table: Table, cells: dict, present: dict, comparisons: list) -> tuple[list, list]:
+    """What qualifies the verdict (seeds beyond or short of the plan, epochs, LR, split, slow starts, divergence):
+    each in full, and as a short tag."""
+    out, tags = [], []
+
+    def add(tag: str, text: str) -> None:
+        tags.append(tag)
+        out.append(text)
+
     planned = set(claim.seeds)
     extra = sorted(set().union(*present.values()) - planned)
     if extra:
-        out.append(f"seeds {seed_range(extra)} added after the plan (planned {seed_range(planned)})")
+        add("seeds added after the plan",
+            f"seeds {seed_range(extra)} added after the plan (planned {seed_range(planned)})")
     missing = {label: sorted(planned - set(seeds)) for label, seeds in present.items() if planned - set(seeds)}
     if missing:
-        out.append("runs missing: " + "; ".join(f"{short(label, cells)} seed {seed_range(s)}"
+        add("runs missing", "runs missing: " + "; ".join(f"{short(label, cells)} seed {seed_range(s)}"
                                                 for label, s in missing.items()))
     runs = pd.concat(cells.values())
     done = runs[runs["status"] == "completed"]
     if claim.max_epochs is not None:
         epochs = done["epochs"].max()
         if pd.isna(epochs):
-            out.append("epochs not recorded")
+            add("epochs unknown", "epochs not recorded")
         elif epochs > claim.max_epochs:
-            out.append(f"past {claim.max_epochs:g} epoch{'s' if claim.max_epochs != 1 else ''} "
-                       f"({epochs:.2f} epochs)")
+            plural = "s" if claim.max_epochs != 1 else ""
+            add(f"> {claim.max_epochs:g} epoch{plural}",
+                f"past {claim.max_epochs:g} epoch{plural} ({epochs:.2f} epochs)")
     if claim.own_lr:
         tuned = table.tuned == "optim.lr"
         shared = [label for label in cells
@@ -292,19 +301,19 @@ def qualifiers(claim: Claim, table: Table, cells: dict, present: dict, compariso
         if shared:
             lrs = sorted({float(i.get("optim.lr")) for i in done["identity"] if i.get("optim.lr") is not None})
             at = f" (one lr: {', '.join(setting(v) for v in lrs)})" if lrs else ""
-            out.append(f"not at their own tuned LR: {len(shared)} of {len(cells)} rows{at}")
+            add("LR not tuned per row", f"not at their own tuned LR: {len(shared)} of {len(cells)} rows{at}")
     if table.split == "validation":
-        out.append("validation split (runs without a test split)")
+        add("validation split", "validation split (runs without a test split)")
     slow = {label: slow_start_seeds(r) for label, r in cells.items() if claim.statistic == "delta"}
     if any(slow.values()):
-        out.append("slow start (shown, not dropped): " + "; ".join(
+        add("slow starts", "slow start (shown, not dropped): " + "; ".join(
             f"{short(label, cells)} seed {seed_range(s)}" for label, s in slow.items() if s))
     for c in comparisons:
         c.slow = {label: slow.get(label, []) for label in (c.row, c.baseline) if label}
     diverged = int((runs["status"] == "diverged").sum())
     if diverged:
-        out.append(f"{diverged} diverged run{'s' if diverged > 1 else ''}")
-    return out
+        add("diverged runs", f"{diverged} diverged run{'s' if diverged > 1 else ''}")
+    return out, tags
 
 
 def short(label: str, labels) -> str:
