@@ -80,6 +80,10 @@ def test_fit_recovers_alpha_and_the_shared_floor(tmp_path):
         assert curves["layer-pre-relu-matched"]["E"] == curves["layer-pre-swiglu-matched"]["E"]
         assert curves["layer-pre-relu-matched"]["E"] == pytest.approx(E + SHORT.get(budget, 0), abs=0.1)
         assert all(c["rms"] < 2 * NOISE for c in curves.values())  # the residual is the noise of a mean, no more
+        # the pooled seed s.d. has 16 degrees of freedom here: ±18% is one s.d. of it, 0.4 two and a bit
+        assert all(c["noise"] == pytest.approx(NOISE / math.sqrt(3), rel=0.4) for c in curves.values())
+        assert all(c["rms"] / c["noise"] < 2 for c in curves.values())  # a curve that fits: about 1
+    assert " noise) | 4 | " in scaling.to_markdown(ladder)
 
 
 def test_known_multiplier_lies_in_its_interval(tmp_path):

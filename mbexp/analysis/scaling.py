@@ -274,7 +274,8 @@ def _fit_budget(points: pd.DataFrame, idx: pd.Index, baseline: str, budget, resa
             cross, where = crossover(base, curve, group["compute"].min(), group["compute"].max())
             extra = {"crossover": cross, "crossover_where": where, **_trend(group, mine, draws)}
         rows.append({"variant": name, "budget": budget, "alpha": curve.alpha, "E": curve.E, "A": curve.A,
-                     "rms": float(np.sqrt(np.mean(mine["residual"] ** 2))), "points": len(mine), **extra})
+                     "rms": float(np.sqrt(np.mean(mine["residual"] ** 2))), "noise": _noise(group),
+                     "points": len(mine), **extra})
     return rows
 
 
@@ -287,7 +288,7 @@ def _bootstrap(points: pd.DataFrame, baseline: str, params: np.ndarray, resample
     rng = np.random.default_rng(RNG_SEED)
     draws = np.full((resamples, len(points)), math.nan)
     losses = [s.to_numpy() for s in points["losses"]]
-    pool = np.concatenate([(s - s.mean()) * math.sqrt(len(s) / (len(s) - 1)) for s in losses if len(s) > 1] or [[]])
+    pool = seed_deviations(points)
     for b in range(resamples if len(pool) else 0):  # one seed everywhere: no noise estimate, no interval
         means = [s.mean() + rng.choice(pool, len(s)).mean() for s in losses]
         try:
@@ -297,6 +298,19 @@ def _bootstrap(points: pd.DataFrame, baseline: str, params: np.ndarray, resample
         base = curves[baseline]
         draws[b] = [multiplier(base, curves[v], c) for v, c in zip(points["variant"], points["compute"])]
     return draws
+
+
+def seed_deviations(points: pd.DataFrame) -> np.ndarray:
+    """Every run's loss minus its point's mean, scaled by sqrt(n / (n - 1)) so their variance is the seed
+    variance (points with one seed have none)."""
+    losses = [s.to_numpy() for s in points["losses"] if len(s) > 1]
+    return np.concatenate([(s - s.mean()) * math.sqrt(len(s) / (len(s) - 1)) for s in losses] or [[]])
+
+
+def _noise(points: pd.DataFrame) -> float:
+    """The standard error of a point's mean from the pooled seed spread (NaN without a point of 2 seeds)."""
+    pool = seed_deviations(points)
+    return float(np.sqrt(np.mean(pool**2) / points["n"].mean())) if len(pool) else math.nan
 
 
 def _interval(draws: np.ndarray) -> tuple:
@@ -376,7 +390,8 @@ def _num(x, spec: str) -> str:
 
 LEGEND = ("α, E, A: the fitted L(C) = E + A·C^-α (bounded α in (0, 2], E in [0, least mean loss); at bound: the "
           "data did not pin it). RMS resid.: root mean square of mean loss − fitted loss over the curve's points, "
-          "in nats. Multiplier m = C_base(L_v(C)) / C, with C_base the baseline curve solved for the loss and L_v "
+          "in nats, and its ratio to a point's seed noise (the pooled seed s.d. over √n; ≫ 1: the curve does not "
+          "fit). Multiplier m = C_base(L_v(C)) / C, with C_base the baseline curve solved for the loss and L_v "
           "the variant's fitted loss at its own compute C (> 1: the baseline needs m times the compute to match; ∞: "
           "below the baseline's floor); its interval: a bootstrap over seeds drawing from the budget's pooled seed "
           "deviations. m along the ladder: m(largest size) / m(smallest size) on the curve, with its interval from "
@@ -406,7 +421,7 @@ def to_markdown(ladder: Ladder) -> str:
         cross = f"{c['crossover']:.3g} FLOPs ({where} the data)" if where in ("within", "beyond") else where
         least = fitted.loc[fitted["budget"] == c["budget"], "loss"].min()
         lines.append(f"| {c['variant']} | {c['budget']} | {c['alpha']:.3f}{_bound(c['alpha'], ALPHA_BOUNDS)} | "
-                     f"{c['E']:.3f}{_bound(c['E'], (0.0, least))} | {c['A']:.4g} | {c['rms']:.4f} | "
+                     f"{c['E']:.3f}{_bound(c['E'], (0.0, least))} | {c['A']:.4g} | {_rms_cell(c)} | "
                      f"{c['points']} | {cross} | {_trend_cell(c)} |")
     lines += [f"\nLeft out: {line}." for line in ladder.skipped]
     others = [v for v in dict.fromkeys(curves["variant"]) if v != base]
@@ -432,6 +447,12 @@ def _trend_cell(curve: pd.Series) -> str:
         return curve["trend"]
     return f"{curve['trend']}: {curve['trend_from']} → {curve['trend_to']} ×{curve['trend_ratio']:.2f} " \
            f"[{_num(curve['trend_low'], '.2f')}, {_num(curve['trend_high'], '.2f')}]"
+
+
+def _rms_cell(curve: pd.Series) -> str:
+    """The residual, and how many times a point's seed noise it is (a curve that fits: about 1)."""
+    ratio = "" if pd.isna(curve["noise"]) else f" ({curve['rms'] / curve['noise']:.1f}× noise)"
+    return f"{curve['rms']:.4f}{ratio}"
 
 
 def _bound(value: float, bounds: tuple[float, float]) -> str:
