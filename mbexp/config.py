@@ -89,7 +89,7 @@ class OptimConfig:
     lr: float = 3e-3
     betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
     weight_decay: float = 0.1
-    grad_clip: float = 1.0
+    grad_clip: float = 1.0  # the global gradient norm is clipped to this; 0: no clipping (the norm still logged)
     warmup_steps: int = 30
     schedule: str = "cosine"
     min_lr_ratio: float = 0.1  # the schedule ends at lr * min_lr_ratio
