@@ -22,8 +22,9 @@ from mbexp import distributed
 from mbexp.config import CONF_DIR, Config, ConfigError, compose_config, register, to_object
 from mbexp.corpus import CorpusError, fingerprint
 from mbexp.io import disk_full, read_summary, write_error
+from mbexp.run_state import failure_text
 from mbexp.runs import run_dir
-from mbexp.trainer import failure_text, resolve_device, train
+from mbexp.trainer import resolve_device, train
 
 log = logging.getLogger("mbexp")
 MULTIRUN_FLAGS = ("-m", "--multirun")

@@ -1,17 +1,15 @@
-"""The training loop: `train(cfg)` runs (or resumes, or skips) one run and returns its summary."""
+"""The training loop: `train(cfg)` runs (or resumes, or skips) one run and returns its summary; `train_step`
+and `evaluate` are the compute it repeats (mbexp.run_state holds the run's state and files)."""
 
 import contextlib
 import logging
 import math
 import os
-import signal
-import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
@@ -19,22 +17,12 @@ from mbexp import checkpoint, distributed, speed
 from mbexp.config import Config, ConfigError, model_spec, to_object
 from mbexp.corpus import fingerprint
 from mbexp.data import Batches, TokenData, prepare
-from mbexp.io import FINISHED, json_line, named, read_summary, write_error, write_json, write_text
 from mbexp.logger import NullLogger, make_logger
-from mbexp.model import DecoderLM, flops_per_token, param_counts
-from mbexp.runs import (
-    RunBusy,
-    RunLock,
-    config_hash,
-    git_commit,
-    identity_flat,
-    job_command,
-    row_name,
-    run_dir,
-    variant_name,
-    versions,
-)
+from mbexp.model import DecoderLM, param_counts
+from mbexp.run_state import RunState, early_step, failure_text, finished
+from mbexp.runs import RunBusy, RunLock, config_hash, run_dir
 from mbexp.schedule import lr_at
+from mbexp.stop import StopRequest
 
 log = logging.getLogger("mbexp")
 
@@ -125,49 +113,6 @@ def evaluate(model: torch.nn.Module, batches: Batches, device: torch.device, pre
     return nll / tokens, nll / math.log(2) / max(nbytes, 1)
 
 
-class StopRequest:
-    """Turns SIGINT/SIGTERM into a flag checked between steps, so a stop never tears a step in half.
-    A second Ctrl-C interrupts at once. Under submitit, its preemption signal (SIGUSR2) is held the
-    same way, and handed on to submitit (which requeues the job) once the checkpoint is written."""
-
-    def __init__(self):
-        self.requested = None
-        self._previous = {}
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._previous[sig] = signal.signal(sig, self._handle)
-            if callable(signal.getsignal(signal.SIGUSR2)):  # a job scheduler's handler is installed
-                self._previous[signal.SIGUSR2] = signal.signal(signal.SIGUSR2, self._handle)
-        return self
-
-    def hand_on(self) -> None:
-        """Call the handler this stop request displaced (submitit's requeue), if it was SIGUSR2."""
-        if self.requested == "SIGUSR2":
-            self._previous[signal.SIGUSR2](signal.SIGUSR2, None)
-
-    def _handle(self, signum, frame):
-        if self.requested is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.requested = signal.Signals(signum).name
-        log.warning("%s received: stopping after this step (checkpoint kept; rerun the same command to resume)",
-                    self.requested)
-
-    def __exit__(self, *exc):
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-
-def _finished(directory: Path, chash: str, force: bool) -> dict | None:
-    """The summary of a finished run of this config (logged as skipped), unless force."""
-    summary = read_summary(directory)
-    if force or not summary or summary.get("status") not in FINISHED or summary.get("config_hash") != chash:
-        return None
-    log.info("skip %s: already %s", directory, summary["status"])
-    return summary
-
-
 def train(cfg) -> dict:
     """Train the run `cfg` describes and return its summary; a finished run is skipped, an
     interrupted one resumed from its checkpoint, a run locked by another process left alone."""
@@ -176,7 +121,7 @@ def train(cfg) -> dict:
     # stops here, before any run file
     cfg.data.fingerprint = fingerprint(cfg.data.name, path=cfg.data.path, max_docs=cfg.data.max_docs)
     directory, chash = run_dir(cfg), config_hash(cfg)
-    if done := _finished(directory, chash, cfg.force):
+    if done := finished(directory, chash, cfg.force):
         return done
     device = resolve_device(cfg.device)  # device=cuda without CUDA stops here, before any run file
     use_inductor_cache(cfg.data.cache_dir)
@@ -192,7 +137,7 @@ def train(cfg) -> dict:
     try:
         with lock:
             # another process may have finished it between the first look and the lock
-            return _finished(directory, chash, cfg.force) or _train(cfg, data, directory, chash, device, ddp)
+            return finished(directory, chash, cfg.force) or _train(cfg, data, directory, chash, device, ddp)
     except RunBusy:  # the command line says so, and exits 3 (mbexp.train)
         return {"status": "busy", "run_dir": str(directory)}
 
@@ -208,7 +153,7 @@ def _train(cfg: Config, data: TokenData, directory: Path, chash: str, device: to
                       Batches(data, seq_len=cfg.model.seq_len, batch_size=cfg.train.batch_size, seed=cfg.seed,
                               val_windows=cfg.data.val_windows, rank=ddp.rank, world_size=ddp.world_size),
                       device, speed.resolve_precision(cfg.precision, device, found))
-    run = _RunState(cfg, directory, chash, ddp)
+    run = RunState(cfg, directory, chash, ddp)
     state = None if cfg.force else checkpoint.load(directory, config_hash=chash)
     if state is not None:
         model.load_state_dict(state["model"])
@@ -232,7 +177,7 @@ def _train(cfg: Config, data: TokenData, directory: Path, chash: str, device: to
         with stop:
             _loop(learner, run, logger, stop)
         if stop.requested:  # stopped cleanly between two steps: resumable from exactly here
-            run.checkpoint(learner)
+            run.checkpoint(learner.model, learner.optimizer, learner.batches)
             raise KeyboardInterrupt(stop.requested)
         if ddp.is_main:
             checkpoint.remove(directory)
@@ -247,18 +192,7 @@ def _train(cfg: Config, data: TokenData, directory: Path, chash: str, device: to
         raise
 
 
-def failure_text(exc: BaseException) -> str:
-    """What a failed run's summary and error line say: the path and errno of a disk that takes no more
-    writes, else the exception."""
-    return write_error(exc) or f"{type(exc).__name__}: {exc}"
-
-
-def early_step(steps: int) -> int:
-    """The step of the table's early column (warm-up sensitivity is read there): an eighth of the run."""
-    return max(1, steps // 8)
-
-
-def _loop(learner: Learner, run: "_RunState", logger, stop: StopRequest) -> None:
+def _loop(learner: Learner, run: RunState, logger, stop: StopRequest) -> None:
     cfg, t = run.cfg, learner
     steps, o, tcfg = cfg.train.steps, cfg.optim, cfg.train
     tokens_per_step = tcfg.batch_size * cfg.model.seq_len
@@ -316,135 +250,5 @@ def _loop(learner: Learner, run: "_RunState", logger, stop: StopRequest) -> None
                 break
             t_last += time.perf_counter() - t_eval  # evaluation time is not training throughput
         if run.step % tcfg.checkpoint_every == 0 and run.step < steps:
-            run.checkpoint(t)
+            run.checkpoint(t.model, t.optimizer, t.batches)
     bar.close()
-
-
-class _RunState:
-    """Everything about a run that outlives a process: step, metrics, timers, ids, files."""
-
-    def __init__(self, cfg: Config, directory: Path, chash: str, ddp: distributed.Dist):
-        self.cfg, self.dir, self.chash, self.ddp = cfg, directory, chash, ddp
-        self.variant = variant_name(cfg)
-        self.step, self.train_time, self.wall_before = 0, 0.0, 0.0
-        self.records: list[dict] = []
-        self.status = "completed"
-        self.wandb_id = f"{chash}-s{cfg.seed}-{int(time.time()) % 10**6:06d}"
-        self.t0 = time.perf_counter()
-        self.early: dict = {}
-        self.meta: dict = {}
-        self.loss_sum, self.n_losses = torch.zeros(()), 0  # train loss accumulated since the last log line
-        # tokens/s counts timed steps only: each process's first step (the compile, when compiled) is warm-up
-        self.timed_steps, self.warmup_steps, self.warmup_s = 0, 0, 0.0
-
-    def restore(self, state: dict) -> None:
-        self.step, self.records = state["step"], state["metrics"]
-        self.train_time, self.wall_before = state["train_time"], state["wall_time"]
-        self.wandb_id, self.early = state["wandb_id"], state["early"]
-        self.loss_sum, self.n_losses = torch.tensor(state["loss_sum"]), state["n_losses"]
-        self.timed_steps = state.get("timed_steps", self.step)  # checkpoints before v0.2 timed every step
-        self.warmup_steps, self.warmup_s = state.get("warmup_steps", 0), state.get("warmup_s", 0.0)
-
-    def start(self, counts: dict, model: DecoderLM, data: TokenData, precision: str, device: torch.device,
-              compiled: bool) -> None:
-        self.loss_sum = self.loss_sum.to(device)
-        self.meta = {"params": counts["total"], "params_non_embedding": counts["non_embedding"],
-                     "params_ffn": counts["ffn"], "d_ff": model.spec.d_ff, "flops_per_token": flops_per_token(model),
-                     "train_tokens": int(data.train.size), "precision": precision, "device": str(device),
-                     "compiled": compiled}
-        if self.ddp.is_main:
-            write_text(self.dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.structured(self.cfg)))
-            write_text(self.dir / "metrics.jsonl", "".join(json_line(r) for r in self.records))
-            self.write_summary("running")
-
-    def wandb_info(self) -> dict:
-        c = self.cfg
-        tags = [f"norm={c.norm.name}", f"placement={c.placement.name}", f"ffn={c.ffn.name}",
-                f"hidden={c.hidden.name}", f"warmup={c.optim.warmup_steps}"]
-        config = asdict(c) | {"variant": self.variant, "run_dir": str(self.dir), **self.meta}
-        return dict(run_id=self.wandb_id, name=f"{self.variant}/seed={c.seed}", group=self.variant,
-                    job_type=c.name, tags=tags, config=config)
-
-    def record(self, values: dict, logger, *, early: bool = False) -> None:
-        rec = {"step": self.step, **values, "tokens": self.step * self.cfg.train.batch_size * self.cfg.model.seq_len}
-        self.records.append(rec)
-        if early:
-            self.early = {"early_step": self.step, "early_val_loss": values["val_loss"],
-                          "early_val_bpb": values["val_bpb"]}
-        if self.ddp.is_main:
-            path = self.dir / "metrics.jsonl"
-            with named(path), open(path, "a") as f:
-                f.write(json_line(rec))
-            logger.log({k: v for k, v in rec.items() if k != "step"}, step=self.step)
-
-    def checkpoint(self, learner: Learner) -> None:
-        if not self.ddp.is_main:
-            return
-        checkpoint.save(self.dir, {
-            "config_hash": self.chash, "step": self.step, "model": learner.model.state_dict(),
-            "optimizer": learner.optimizer.state_dict(), "data": learner.batches.state(), "rng": torch.get_rng_state(),
-            "metrics": self.records, "train_time": self.train_time, "wall_time": self.wall_time(),
-            "wandb_id": self.wandb_id, "early": self.early,
-            "loss_sum": self.loss_sum.item(), "n_losses": self.n_losses,
-            "timed_steps": self.timed_steps, "warmup_steps": self.warmup_steps, "warmup_s": self.warmup_s,
-        })
-
-    def compile_s(self) -> float | None:
-        """Seconds compiling took: the warm-up steps' time beyond that of as many steady steps."""
-        if not self.meta.get("compiled") or not self.warmup_steps:
-            return None
-        steady = self.train_time / self.timed_steps if self.timed_steps else 0.0
-        return round(max(0.0, self.warmup_s - self.warmup_steps * steady), 3)
-
-    def wall_time(self) -> float:
-        return self.wall_before + time.perf_counter() - self.t0
-
-    def write_summary(self, status: str, **extra) -> dict:
-        c = self.cfg
-        evals = [r for r in self.records if "val_loss" in r]
-        final = evals[-1] if status == "completed" and evals else {}
-        trains = [r for r in self.records if "train_loss" in r]
-        final_train = trains[-1]["train_loss"] if status == "completed" and trains else None
-        rates = sorted(r["tokens_per_s"] for r in trains if "tokens_per_s" in r)
-        tokens_per_step = c.train.batch_size * c.model.seq_len
-        tokens, early = self.step * tokens_per_step, early_step(c.train.steps)
-        train_tokens = self.meta.get("train_tokens")
-        summary = {
-            "status": status, "experiment": c.name, "variant": self.variant, "row": row_name(c),
-            "row_id": config_hash(c, without=("optim.warmup_steps",)), "seed": c.seed, "config_hash": self.chash,
-            "axes": {"norm": c.norm.name, "placement": c.placement.name, "ffn": c.ffn.name,
-                     "hidden": c.hidden.name, "warmup_steps": c.optim.warmup_steps},
-            "steps": c.train.steps, "step": self.step, **self.meta,
-            "identity": identity_flat(c),
-            "early_step": early, "early_tokens": early * tokens_per_step,
-            "early_val_loss": None, "early_val_bpb": None, **self.early,
-            "final_val_loss": final.get("val_loss"), "final_val_bpb": final.get("val_bpb"),
-            "final_test_loss": final.get("test_loss"), "final_test_bpb": final.get("test_bpb"),
-            # the mean train loss of the last log interval, and its gap to validation (negative: the model fits
-            # its training text better than held-out text, as it does past one epoch)
-            "final_train_loss": final_train,
-            "generalization_gap": final_train - final["val_loss"] if final_train is not None and final else None,
-            "tokens_seen": tokens, "epochs": round(tokens / train_tokens, 4) if train_tokens else None,
-            "wall_time_s": round(self.wall_time(), 3), "compile_s": self.compile_s(),
-            # compile warm-up excluded: the timed steps only
-            "tokens_per_s": round(self.timed_steps * tokens_per_step / self.train_time, 1) if self.train_time else None,
-            # the median over log intervals: less sensitive to a moment of load on a shared machine
-            "tokens_per_s_median": round(rates[len(rates) // 2], 1) if rates else None,
-            "git_commit": git_commit(), "versions": versions(), "wandb_id": self.wandb_id, "command": job_command(),
-            **extra,
-        }
-        if self.ddp.is_main:
-            write_json(self.dir / "summary.json", summary)
-        return summary
-
-    def finish(self, status: str, logger, **extra) -> dict:
-        """Write the final summary and close the W&B run (exit code 1 unless the run finished)."""
-        summary = self.write_summary(status, **extra)
-        if status == "completed":
-            logger.log({k: summary[k] for k in ("final_val_loss", "final_val_bpb", "final_test_loss", "final_test_bpb")
-                        if summary[k] is not None}, step=self.step)
-        if self.ddp.is_main:
-            log.info("%s seed=%d %s at step %d: val log-ppl %s, test log-ppl %s", self.variant, self.cfg.seed, status,
-                     self.step, summary["final_val_loss"], summary["final_test_loss"])
-        logger.finish(0 if status in FINISHED else 1)
-        return summary

@@ -1,6 +1,7 @@
 """Real training runs on the CPU: reproducibility, run files, W&B, divergence, interruption."""
 
 import json
+import logging
 import math
 import signal
 import subprocess
@@ -65,8 +66,11 @@ def test_summary_matches_metrics(tmp_path, cache):
     assert all(r["lr"] > 0 and math.isfinite(r["grad_norm"]) for r in trains)
 
 
-def test_final_evaluation_scores_the_held_out_test_split_once(tmp_path, cache):
+def test_final_evaluation_scores_the_held_out_test_split_once(tmp_path, cache, caplog):
+    caplog.set_level(logging.INFO)
     summary, directory = run(tmp_path, cache)
+    assert (f"completed at step 30: val log-ppl {summary['final_val_loss']:.4f}, "
+            f"test log-ppl {summary['final_test_loss']:.4f}") in caplog.text  # 4 decimals, not a full float
     tests = [r for r in metrics(directory) if "test_loss" in r]
     assert [r["step"] for r in tests] == [30]  # periodic evaluations stay on validation
     assert summary["final_test_loss"] == tests[0]["test_loss"] and summary["final_test_bpb"] == tests[0]["test_bpb"]
@@ -84,9 +88,11 @@ def test_final_evaluation_scores_the_held_out_test_split_once(tmp_path, cache):
     assert summary["identity"]["data.test_fraction"] == 0.05 and "seed" not in summary["identity"]
 
 
-def test_without_a_test_split_the_summary_has_no_test_numbers(tmp_path, cache):
+def test_without_a_test_split_the_summary_has_no_test_numbers(tmp_path, cache, caplog):
+    caplog.set_level(logging.INFO)
     summary, directory = run(tmp_path, cache, "data.test_fraction=0")
     assert summary["status"] == "completed" and summary["final_test_loss"] is None
+    assert f"val log-ppl {summary['final_val_loss']:.4f}, test log-ppl —" in caplog.text
     assert not [r for r in metrics(directory) if "test_loss" in r]
     assert "data.test_fraction" not in summary["identity"]  # and so the run keeps its pre-test-split directory
 
