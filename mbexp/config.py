@@ -134,7 +134,7 @@ class Config:
     seed: int = 0
     device: str = "auto"
     precision: str = "auto"
-    compile: str = "auto"  # auto: when the run is long enough to pay it back on its device (README, Speed)
+    compile: str = "auto"  # auto: when the run is long enough to pay it back on its device (docs/speed.md)
     force: bool = False  # rerun from scratch even if the run completed or has a checkpoint
     results_dir: str = "results"
     norm: NormConfig = field(default_factory=NormConfig)

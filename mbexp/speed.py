@@ -28,7 +28,7 @@ VAL_LOSS_TOLERANCE = 0.01  # bf16 autocast counts as "equal loss" within 1% of f
 PAYBACK = 1.5
 # compile=auto without a record: the run length from which compiling paid, by device type and precision
 # (None: never). Measured with `make bench` (model=tiny, batch 16 x 128) and plain runs:
-# - cpu, bf16 (2-core AMD EPYC with AVX512-BF16, torch 2.13; README, Speed): compiling took 28.5 s and saved
+# - cpu, bf16 (2-core AMD EPYC with AVX512-BF16, torch 2.13; docs/speed.md): compiling took 28.5 s and saved
 #   0.04 s/step (1.33x the plain loop), paying after 700 steps; the default 300-step run stays eager.
 # - cpu, fp32 (2-core AMD EPYC without AVX512 or bf16, torch 2.13; issue 24): compiled 0.91x eager at steady
 #   state (8,915 vs 9,638 tokens/s), 0.85x over a whole 2,000-step run; plain 400-step runs 0.86-0.88x. Never.
@@ -148,7 +148,7 @@ def compile_pays(m: dict, steps: int) -> bool:
 
 def resolve_precision(setting: str, device: torch.device, found: dict | None = None) -> str:
     """precision=auto: bf16 autocast where the record measured it faster at equal loss; without a record, where
-    the hardware runs it natively (a CPU with AVX512-BF16 or AMX: 1.25x fp32, README, Speed), else fp32."""
+    the hardware runs it natively (a CPU with AVX512-BF16 or AMX: 1.25x fp32, docs/speed.md), else fp32."""
     if setting != "auto":
         return setting
     if found and "precision" in found:

@@ -64,7 +64,7 @@ class JobFailed(CompactHydraException):
         return self.args[0]
 
 
-BUSY = 3  # the exit code of a command that left some run to another process (README, Exit codes)
+BUSY = 3  # the exit code of a command that left some run to another process (docs/troubleshooting.md)
 
 
 def _failure(cfg: DictConfig, exc: Exception) -> str:

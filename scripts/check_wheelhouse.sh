@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Proves the offline install of a cluster GPU node (README "Offline GPU nodes"): a fresh Python $PY venv
+# Proves the offline install of a cluster GPU node (docs/gpu.md, "offline GPU nodes"): a fresh Python $PY venv
 # that already holds a torch (as the node's own CUDA build would be), then this package and every other
 # dependency installed from the wheelhouse with --no-index, then a 2-step run. Needs PyPI for torch only.
 #   make wheelhouse PY=3.12 && make check-wheelhouse PY=3.12

@@ -8,7 +8,7 @@
 
 Every step runs even if an earlier one failed; the exit status is 1 if any failed. Without CUDA it
 says so in one line and exits 0. On a node without network, install from a wheelhouse first
-(README "Offline GPU nodes").
+(docs/gpu.md, "offline GPU nodes").
 
     python scripts/gpu_check.py [--steps N] [--out PATH] [--skip tests,bench,presets]
 """

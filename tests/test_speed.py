@@ -49,7 +49,7 @@ def test_without_a_record_the_measured_rules_decide():
 
 
 def test_precision_auto_picks_bf16_only_where_recorded_faster_at_equal_loss():
-    faster = {"fp32_tokens_s": 11_601, "bf16_tokens_s": 14_505, "val_loss_rel_diff": 0.0012}  # README, Speed
+    faster = {"fp32_tokens_s": 11_601, "bf16_tokens_s": 14_505, "val_loss_rel_diff": 0.0012}  # docs/speed.md
     slower = {"fp32_tokens_s": 11_601, "bf16_tokens_s": 9_600, "val_loss_rel_diff": 0.0012}  # like the H200's 0.83x
     worse = {"fp32_tokens_s": 11_601, "bf16_tokens_s": 14_505, "val_loss_rel_diff": 0.02}
     for device in (CPU, CUDA):
