@@ -234,12 +234,14 @@ def _first(runs: pd.DataFrame, key: str) -> float:
 
 
 def _order(row: dict) -> tuple:
-    """Sort key: each axis in registry order (unknown values last, by name), then the label."""
+    """Sort key: each axis in registry order (unknown values last, by name), then the size (a ladder's rungs
+    smallest first), then the label."""
     ranks = []
     for axis, names in AXES.items():
         value = row[axis]
         ranks.append((names.index(value), "") if value in names else (len(names), str(value)))
-    return (*ranks, row["label"])
+    size = row["params_non_embedding"]
+    return (*ranks, size if size == size else 0, row["label"])  # size != size: NaN, a summary from before v0.2
 
 
 def pick_baseline(rows: pd.DataFrame, choice: str | None = None) -> int:
