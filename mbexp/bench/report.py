@@ -1,0 +1,180 @@
+"""What the bench writes beside its measurements and prints at the end: the machine, the FLOPs per token, the
+checks, the side-by-side table and the speed bar's one-line verdict."""
+import os
+import platform
+import re
+
+import torch
+
+from mbexp import speed
+from mbexp.bench.harness import PRECISIONS
+from mbexp.bench.speed_bar import SPEED_BAR
+from mbexp.model import FLOPS_FORMULA, DecoderLM
+from mbexp.model import flops_per_token as model_flops_per_token
+from mbexp.speed import MIN_SPEEDUP, VAL_LOSS_TOLERANCE
+
+N_MATMUL = "N_matmul = every nn.Linear weight, the tied LM head included (embedding lookups and norm gains excluded)"
+TRAINER_MIN_RATIO = 0.95  # the trainer must reach this share of the bare loop's tokens/s
+THREAD_ENV = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "MKL_NUM_THREADS", "KMP_BLOCKTIME")
+
+
+def device_slug(device: torch.device) -> str:
+    """'cpu', or the GPU's name as a file name (e.g. nvidia-h100-80gb-hbm3)."""
+    if device.type != "cuda":
+        return device.type
+    return re.sub(r"[^a-z0-9]+", "-", torch.cuda.get_device_name(device).lower()).strip("-")
+
+
+def machine_info(device: torch.device) -> dict:
+    cpuinfo = speed.cpuinfo()
+    isa = speed.isa_flags(cpuinfo)
+    info = {"device": str(device), "cpu": speed.cpu_model(cpuinfo) or platform.processor(), "cpu_isa": isa,
+            "cpu_bf16": speed.native_bf16(isa), "machine_key": speed.machine_key(device), "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+            "python": platform.python_version(), "load_avg_start": os.getloadavg()[0],
+            "env": {k: os.environ[k] for k in THREAD_ENV if k in os.environ}}
+    if device.type == "cuda":
+        info |= {"gpu": torch.cuda.get_device_name(device), "cuda": torch.version.cuda,
+                 "tf32_matmul": torch.backends.cuda.matmul.allow_tf32}
+    return info
+
+
+def flops_per_token(model: DecoderLM) -> dict:
+    """Training FLOPs per token, by the formula the run summaries record (mbexp.model.flops_per_token)."""
+    s = model.spec
+    n_matmul = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    return {"formula": FLOPS_FORMULA, "n_matmul_note": N_MATMUL, "n_matmul": n_matmul,
+            "attention": 12 * s.n_layers * s.d_model * s.seq_len, "flops_per_token": model_flops_per_token(model)}
+
+
+def checks(res: dict) -> dict[str, bool]:
+    out = {}
+    if tp := res.get("throughput"):
+        out |= {f"trainer reaches {TRAINER_MIN_RATIO} of the bare loop's tokens/s at {p} "
+                f"({tp[p]['trainer_over_bare']:.3f})": tp[p]["trainer_over_bare"] >= TRAINER_MIN_RATIO
+                for p in PRECISIONS}
+    if sb := res.get("speed_bar"):
+        bar = {"auto": sb["bar"], "fp32": SPEED_BAR["fp32"]}
+        for key, d in sb["defaults"].items():
+            what = (f"precision={key} -> {d['precision']}, compile=auto -> {'compiled' if d['compiled'] else 'eager'}"
+                    if key == "auto" else f"precision=fp32, compile=auto -> {'compiled' if d['compiled'] else 'eager'}")
+            out |= {f"mbexp's defaults ({what}) reach {bar[key]}x the plain loop's steady tokens/s "
+                    f"({d['steady_ratio']:.2f}x)": d["steady_ratio"] >= bar[key],
+                    f"a whole {sb['whole_run_steps']:,}-step run with them ({what}) is not slower than the plain "
+                    f"loop's, compile included ({d['whole_run_ratio']:.2f}x, extrapolated)": d["whole_run_ratio"] >= 1}
+    return out
+
+
+def table(res: dict) -> str:
+    """The side-by-side summary printed at the end; sections not measured are left out."""
+    m, fl, cfg = res["machine"], res["flops"]["flops_per_token"], res["config"]
+
+    def row(label, *cells):
+        return f"{label:<38}" + "".join(f"{c:>16}" for c in cells)
+
+    lines = [
+        f"mbexp bench on {res['device']}: {m.get('gpu', m['cpu'])}, {m['torch_threads']} threads, torch {m['torch']}, "
+        f"load average {m['load_avg_start']:.1f} -> {m['load_avg_end']:.1f}",
+        f"model={cfg['model']} ({cfg['params']:,} params), batch {cfg['batch_size']} x seq_len {cfg['seq_len']}; "
+        f"every loop calls mbexp.trainer.train_step; compared loops alternate in {cfg['rounds']} rounds;",
+        f"tokens/s: the best {cfg['window']}-step window (median beside it), first window of each run skipped",
+        f"FLOPs/token = {FLOPS_FORMULA} = 6*{res['flops']['n_matmul']:,} + {res['flops']['attention']:,} "
+        f"= {fl / 1e6:.2f} MFLOP",
+        f"  {N_MATMUL}",
+    ]
+    if sb := res.get("speed_bar"):
+        loops, n = sb["loops"], sb["whole_run_steps"]
+        plain = loops["plain"]
+        lines += [
+            "",
+            f"speed bar: eager and compiled at each precision precision=auto may pick, against a plain nanoGPT-style "
+            f"loop (fp32, eager); whole {n:,}-step runs extrapolated",
+            row("", *(f"{loops[k]['precision']} {'compiled' if loops[k]['compiled'] else 'eager'}" for k in loops)),
+            row("steady tokens/s (best window)", *(f"{d['best']:,.0f}" for d in loops.values())),
+            row("  median tokens/s", *(f"{d['median']:,.0f}" for d in loops.values())),
+            row("  / plain loop (fp32 eager)", *(f"{d['best'] / plain['best']:.2f}x" for d in loops.values())),
+            row("first step s (compile, cold cache)", *(f"{d['first_step_s']:.1f}" for d in loops.values())),
+            row(f"whole {n:,}-step run s", *(f"{sb['whole_run_s'][k]:.0f}" for k in loops)),
+        ]
+        for p, t in sb["compile"].items():
+            lines.append(f"{p}: compile {t['compile_s']:.1f} s (again in one process {t['compile_again_s']:.2f} s), "
+                         f"{1000 * t['eager_step_s']:.1f} ms/step eager, {1000 * t['compiled_step_s']:.1f} compiled; "
+                         f"compiling {_pays(sb['break_even_steps_vs_eager'][p])}")
+        for key, d in sb["defaults"].items():
+            lines.append(f"defaults at precision={key}: {d['precision']}, compile=auto -> "
+                         f"{'compiled' if d['compiled'] else 'eager'} (from the record): {d['steady_ratio']:.2f}x the "
+                         f"plain loop steady, {d['whole_run_ratio']:.2f}x over a whole {n:,}-step run")
+    if (tp := res.get("throughput")) and (peak := res.get("peak_flops")):
+        def mfu(tok_s, p):
+            return f"{100 * tok_s * fl / peak[p]['flops']:.1f}%"
+
+        lines += ["", "MFU = tokens/s x FLOPs/token / the measured matmul peak at the same precision",
+                  row("", "fp32", "bf16 autocast", "bf16/fp32"),
+                  row("peak matmul GFLOP/s", f"{peak['fp32']['flops'] / 1e9:,.0f}",
+                      f"{peak['bf16']['flops'] / 1e9:,.0f}", f"{peak['bf16']['flops'] / peak['fp32']['flops']:.2f}x")]
+        for mode, label in (("bare", "bare train_step loop"), ("trainer", "mbexp trainer")):
+            a, b = tp["fp32"][mode], tp["bf16"][mode]
+            lines += [row(f"{label} tokens/s", f"{a['best']:,.0f}", f"{b['best']:,.0f}",
+                          f"{b['best'] / a['best']:.2f}x"),
+                      row("  median tokens/s", f"{a['median']:,.0f}", f"{b['median']:,.0f}",
+                          f"{b['median'] / a['median']:.2f}x"),
+                      row("  MFU", mfu(a["best"], "fp32"), mfu(b["best"], "bf16")),
+                      row("  val loss after the run", f"{a['val_loss']:.5f}", f"{b['val_loss']:.5f}")]
+        lines += [row("trainer / bare", *(f"{tp[p]['trainer_over_bare']:.3f}" for p in PRECISIONS)),
+                  row("  (medians)", *(f"{tp[p]['trainer_over_bare_median']:.3f}" for p in PRECISIONS))]
+    if (pc := res.get("precision_auto")) and pc["measured"]:
+        a, b = pc["fp32"], pc["bf16"]
+        lines += [
+            "",
+            f"precision=fp32 against bf16 autocast: the trainer, eager, seed 0, {pc['steps']} steps each; "
+            f"precision=auto -> {pc['auto']} (bf16 where >= {MIN_SPEEDUP}x, val loss within "
+            f"{VAL_LOSS_TOLERANCE:.0%})",
+            row("", "fp32", "bf16", "bf16/fp32"),
+            row("trainer tokens/s", f"{a['best']:,.0f}", f"{b['best']:,.0f}", f"{pc['speedup']:.2f}x"),
+            row("  median tokens/s", f"{a['median']:,.0f}", f"{b['median']:,.0f}", f"{pc['speedup_median']:.2f}x"),
+            row("final val loss (nats/token)", f"{a['final_val_loss']:.5f}", f"{b['final_val_loss']:.5f}",
+                f"{100 * pc['val_loss_rel_diff']:+.2f}%"),
+        ]
+    if v := res.get("variants"):
+        lines += [
+            "",
+            f"step time at precision=auto ({res['auto_precision']}), bare loop, {cfg['rounds']} alternating rounds of "
+            f"{cfg['variant_steps']} steps, timed every {cfg['variant_window']} step(s):",
+            f"{'variant':<20}{'d_ff':>6}{'params':>12}{'best ms/step':>14}{'median':>10}{'vs relu':>10}",
+        ]
+        ref = v["ffn=relu"]["step_ms_best"]
+        for name, d in v.items():
+            label = "norm=rms, ffn=relu" if name == "norm=rms" else name
+            lines.append(f"{label:<20}{d['d_ff']:>6}{d['params']:>12,}{d['step_ms_best']:>14.1f}"
+                         f"{d['step_ms_median']:>10.1f}{d['step_ms_best'] / ref:>9.3f}x")
+        if nm := res.get("norm_micro"):
+            rms = v["norm=rms"]["step_ms_best"]
+            lines.append(f"LayerNorm vs RMSNorm: whole step (ffn=relu) {ref:.1f} vs {rms:.1f} ms (rms/layer "
+                         f"{rms / ref:.3f}); the norm alone, fwd+bwd on ({cfg['batch_size']}, {cfg['seq_len']}, "
+                         f"d_model): {nm['layer']['us_best']:.0f} vs {nm['rms']['us_best']:.0f} us "
+                         f"(rms/layer {nm['rms']['us_best'] / nm['layer']['us_best']:.2f})")
+    if om := res.get("omp"):
+        lines += ["", "OMP_WAIT_POLICY (child processes, mbexp eager step, tokens/s per job, median over rounds)",
+                  row("", "alone", "beside a 2nd job")]
+        for policy in ("PASSIVE", "openmp_default"):
+            lines.append(row(policy, *(f"{om[policy][sc]['median']:,.0f}" for sc in ("alone", "beside_second_job"))))
+        lines.append(row("PASSIVE / default", *(f"{om[f'passive_over_default_{sc}']:.2f}x"
+                                                 for sc in ("alone", "beside_second_job"))))
+    lines += ["", *(f"{'PASS' if ok else 'FAIL'}  {name}" for name, ok in res["checks"].items())]
+    return "\n".join(lines)
+
+
+def verdict(res: dict) -> str:
+    """The speed bar's verdict in one line."""
+    sb, m = res["speed_bar"], res["machine"]
+    where = m.get("gpu") or f"{m['cpu']} [{' '.join(m['cpu_isa']) or 'no AVX2/AVX512/AMX'}]"
+    ok = all(v for k, v in res["checks"].items() if k.startswith(("mbexp's defaults", "a whole")))
+    parts = [f"precision={k} -> {d['precision']} {'compiled' if d['compiled'] else 'eager'} "
+             f"{d['steady_ratio']:.2f}x steady, {d['whole_run_ratio']:.2f}x whole run"
+             for k, d in sb["defaults"].items()]
+    return (f"speed bar {'PASS' if ok else 'FAIL'} on {where}: {'; '.join(parts)} "
+            f"(bar {sb['bar']}x at precision=auto, 1.0x at fp32)")
+
+
+def _pays(steps: float | None) -> str:
+    return "never pays" if steps is None else f"pays after {steps:,.0f} steps"
