@@ -212,7 +212,7 @@ def train_row(tmp_path, cache, *extra: str) -> tuple[dict, float]:
     return train(cfg), unigram_floor(prepare(cfg.data, seq_len=cfg.model.seq_len))
 
 
-@pytest.mark.parametrize(("norm", "placement"), itertools.product(NORMS, PLACEMENTS))
+@pytest.mark.parametrize(("norm", "placement"), list(itertools.product(NORMS, PLACEMENTS)))
 def test_every_placement_and_norm_trains(tmp_path, cache, norm, placement):
     summary, floor = train_row(tmp_path, cache, f"norm={norm}", f"placement={placement}",
                                *(DYT if norm == "dyt" else ()))
