@@ -13,6 +13,8 @@ import pandas as pd
 
 from mbexp.analysis import stats
 from mbexp.analysis.claims import ClaimsError, Comparison, Result, evaluate, load_claims, seed_range, short
+from mbexp.analysis.render import fmt
+from mbexp.analysis.scaling import multiplier_cell
 from mbexp.analysis.table import setting
 
 CLAIMS_BEGIN, CLAIMS_END = "<!-- claims:begin -->", "<!-- claims:end -->"
@@ -21,10 +23,6 @@ HYPOTHESIS_TEXT = {"better": "better than {b}", "worse": "worse than {b}", "equi
                    "ordering": "in the stated order"}
 SENSITIVITY_TEXT = {"worse": "worse without warm-up", "better": "better without warm-up",
                     "equivalent": "within ±{m} without warm-up"}
-
-
-def _f(x, spec: str) -> str:
-    return "—" if x is None or pd.isna(x) else "∞" if math.isinf(x) else format(x, spec)
 
 
 def _interval(low: float, high: float) -> str:
@@ -143,18 +141,12 @@ def ladder_trends(results_dir) -> list[dict]:
             first, last = rows.iloc[0], rows.iloc[-1]
             found.append({"experiment": path.stem.removesuffix("_fit"), "variant": variant, "steps": int(steps),
                           "baseline": fit.loc[fit["baseline"].astype(bool), "variant"].iloc[0],
-                          "from": _multiplier_at(first), "to": _multiplier_at(last),
+                          "from": f"{first['size']}: {multiplier_cell(first)}",
+                          "to": f"{last['size']}: {multiplier_cell(last)}",
                           "trend": str(last["trend"]),
                           "crossover": "none" if pd.isna(last["crossover"]) else
                           f"{last['crossover']:.2g} FLOPs ({last['crossover_where']} the data)"})
     return found
-
-
-def _multiplier_at(row) -> str:
-    """`ladder64: 0.19 [0.03, 0.48]` (no interval where the bootstrap had one seed)."""
-    low, high = row["multiplier_low"], row["multiplier_high"]
-    interval = "" if math.isnan(low) else f" [{low:.2f}, {high:.2f}]"
-    return f"{row['size']}: {_f(row['multiplier'], '.2f')}{interval}"
 
 
 def ladder_markdown(trends: list[dict]) -> str:
@@ -222,9 +214,9 @@ def _claim_section(r: Result) -> list[str]:
     lines += ["| " + " | ".join(head) + " |", "|" + "|".join([":---"] + ["---:"] * (len(head) - 1)) + "|"]
     for c in r.comparisons:
         iv = c.interval
-        cells = [name(r, c), str(c.n), f"{_f(iv.delta, '+.4f')} {_interval(iv.low, iv.high)}".strip(),
-                 _interval(c.interval90.low, c.interval90.high), _f(c.p_holm, ".3f")]
-        cells += [_f(c.tost_holm, ".3f"), _f(c.beyond_holm, ".3f")] if equivalence else []
+        cells = [name(r, c), str(c.n), f"{fmt(iv.delta, '+.4f')} {_interval(iv.low, iv.high)}".strip(),
+                 _interval(c.interval90.low, c.interval90.high), fmt(c.p_holm, ".3f")]
+        cells += [fmt(c.tost_holm, ".3f"), fmt(c.beyond_holm, ".3f")] if equivalence else []
         deltas = " ".join(f"{s}: {d:+.3f}" + ("*" if s in c.slow.get(c.row, []) + c.slow.get(c.baseline, [])
                                               else "") for s, d in c.deltas.items())
         cells += [c.mark, c.outcome, _seeds_needed(c.seeds_needed), deltas or "—"]

@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FormatStrFormatter, NullFormatter
 from scipy.optimize import OptimizeWarning, curve_fit
 
+from mbexp.analysis.render import fmt
 from mbexp.analysis.table import Table, setting
 from mbexp.io import atomic_write, write_text
 
@@ -384,10 +385,6 @@ def ranking(ladder: Ladder) -> tuple[list[str], list[str]] | None:
 # --- text -----------------------------------------------------------------------------------------------------
 
 
-def _num(x, spec: str) -> str:
-    return "—" if x is None or pd.isna(x) else "∞" if math.isinf(x) else format(x, spec)
-
-
 LEGEND = ("α, E, A: the fitted L(C) = E + A·C^-α (bounded α in (0, 2], E in [0, least mean loss); at bound: the "
           "data did not pin it). RMS resid.: root mean square of mean loss − fitted loss over the curve's points, "
           "in nats, and its ratio to a point's seed noise (the pooled seed s.d. over √n; ≫ 1: the curve does not "
@@ -435,8 +432,8 @@ def to_markdown(ladder: Ladder) -> str:
             cells = []
             for v in others:
                 hit = group[group["variant"] == v]
-                cells.append("—" if hit.empty else _multiplier_cell(hit.iloc[0]))
-            params = _num(group["params_non_embedding"].iloc[0], ",.0f")
+                cells.append("—" if hit.empty else multiplier_cell(hit.iloc[0]))
+            params = fmt(group["params_non_embedding"].iloc[0], ",.0f")
             lines.append(f"| {size} | {params} | {steps} | " + " | ".join(cells) + " |")
     lines += ["", *_held_out_lines(ladder), "", LEGEND]
     return "\n".join(lines) + "\n"
@@ -446,7 +443,7 @@ def _trend_cell(curve: pd.Series) -> str:
     if "trend_ratio" not in curve or pd.isna(curve["trend_ratio"]):
         return curve["trend"]
     return f"{curve['trend']}: {curve['trend_from']} → {curve['trend_to']} ×{curve['trend_ratio']:.2f} " \
-           f"[{_num(curve['trend_low'], '.2f')}, {_num(curve['trend_high'], '.2f')}]"
+           f"[{fmt(curve['trend_low'], '.2f')}, {fmt(curve['trend_high'], '.2f')}]"
 
 
 def _rms_cell(curve: pd.Series) -> str:
@@ -460,11 +457,12 @@ def _bound(value: float, bounds: tuple[float, float]) -> str:
     return " (at bound)" if any(math.isclose(value, b, rel_tol=1e-6, abs_tol=1e-9) for b in bounds) else ""
 
 
-def _multiplier_cell(point: pd.Series) -> str:
+def multiplier_cell(point: pd.Series) -> str:
+    """`1.78 [0.92, 5.02]`: a point's multiplier and its bootstrap interval (none with one seed)."""
     if pd.isna(point["multiplier_low"]):
-        return _num(point["multiplier"], ".2f")
-    return f"{_num(point['multiplier'], '.2f')} [{_num(point['multiplier_low'], '.2f')}, " \
-           f"{_num(point['multiplier_high'], '.2f')}]"
+        return fmt(point["multiplier"], ".2f")
+    return f"{fmt(point['multiplier'], '.2f')} [{fmt(point['multiplier_low'], '.2f')}, " \
+           f"{fmt(point['multiplier_high'], '.2f')}]"
 
 
 def _held_out_lines(ladder: Ladder) -> list[str]:
@@ -475,7 +473,7 @@ def _held_out_lines(ladder: Ladder) -> list[str]:
     lines = [f"Held-out check: every curve refit without {size}, then predicted at {size}:", "",
              "| variant | steps | compute | runs' mean (n) | predicted | error |", "|:---|---:|---:|---:|---:|---:|"]
     lines += [f"| {p['variant']} | {p['steps']} | {p['compute']:.3g} | {p['loss']:.3f} ({p['n']}) | "
-              f"{_num(p['predicted'], '.3f')} | {_num(p['prediction_error'], '+.3f')} |" for _, p in out.iterrows()]
+              f"{fmt(p['predicted'], '.3f')} | {fmt(p['prediction_error'], '+.3f')} |" for _, p in out.iterrows()]
     ranks = ranking(ladder)
     if ranks:
         predicted, measured = ranks
