@@ -28,6 +28,7 @@ E_STARTS = (0.0, 0.5, 0.9)  # the fit starts with E at these fractions of the le
 RESAMPLES = 200  # bootstrap refits
 LEVEL = 0.95
 RNG_SEED = 0  # a fixed bootstrap: the same runs give the same bytes
+AT_BOUND = 1e-7  # a fitted parameter this close to a bound (relative to max(1, |bound|)) is set to the bound
 
 
 @dataclass(frozen=True)
@@ -101,8 +102,101 @@ def fit(points: pd.DataFrame, start: np.ndarray | None = None) -> tuple[dict[str
             best, best_sse = params, sse
     if best is None:
         raise RuntimeError("the power-law fit did not converge")
+    best = _polish(best, x, y, which, k, (np.asarray(low), np.asarray(high)))
     e, a, alpha = best[0], best[1:k + 1], best[k + 1:]
     return {n: Curve(float(e), float(a[i] + alpha[i] * centre), float(alpha[i])) for i, n in enumerate(names)}, best
+
+
+def _polish(params: np.ndarray, x, y, which, k: int, bounds: tuple) -> np.ndarray:
+    """The trust-region answer refined by Newton steps in extended precision, a parameter at a bound held there: the
+    optimum then depends neither on the BLAS's rounding nor on the solver's stopping point (docs/table.md)."""
+    low, high = (np.asarray(b, dtype=np.longdouble) for b in bounds)
+    p, x, y = params.astype(np.longdouble), x.astype(np.longdouble), y.astype(np.longdouble)
+    fixed = np.zeros(len(p), bool)
+    for bound in (low, high):
+        near = np.isfinite(bound) & (np.abs(p - bound) <= AT_BOUND * np.maximum(1, np.abs(bound)))
+        p[near], fixed[near] = bound[near], True
+    damping = 0.0  # Levenberg–Marquardt's, where the Hessian is not positive definite or a step fits worse
+    for _ in range(POLISH_STEPS):
+        grad, hess = _derivatives(p, x, y, which, k)
+        free = np.ix_(~fixed, ~fixed)
+        scale = np.diag(hess[free]).max()
+        step = np.zeros_like(p)
+        solved = _cholesky_solve(hess[free] + damping * scale * np.eye(len(free[0])), grad[~fixed])
+        if solved is None or damping > 1e6:
+            if damping > 1e6:  # no way down: keep the trust-region answer
+                return params
+            damping = max(damping * 10, 1e-12)
+            continue
+        step[~fixed] = solved
+        new = np.clip(p - step, low, high)
+        if damping and _sse(new, x, y, which, k) > _sse(p, x, y, which, k):
+            damping *= 10
+            continue
+        out = ~fixed & ((p - step < low) | (p - step > high))
+        p, fixed, damped = new, fixed | out, damping
+        damping = damping / 10 if damping > 1e-12 else 0.0
+        if not damped and not out.any() and np.all(np.abs(step) <= 1e-16 * np.maximum(1, np.abs(p))):
+            release = fixed & (((p == low) & (grad < 0)) | ((p == high) & (grad > 0)))  # pulled inside: free it
+            if not release.any():
+                return p.astype(float)
+            fixed &= ~release
+    return params
+
+
+POLISH_STEPS = 200
+
+
+def _model_parts(p, x, which, k):
+    g = np.exp(p[1 + which] - p[1 + k + which] * x)
+    return p[0] + g, g
+
+
+def _sse(p, x, y, which, k):
+    return np.sum((y - _model_parts(p, x, which, k)[0]) ** 2)
+
+
+def _derivatives(p, x, y, which, k) -> tuple[np.ndarray, np.ndarray]:
+    """The gradient and Hessian of ½·SSE in the parameters (E, log A_1..k, α_1..k)."""
+    m, g = _model_parts(p, x, which, k)
+    r = y - m
+    jac = np.zeros((len(x), len(p)), dtype=p.dtype)  # ∂m/∂p
+    rows = np.arange(len(x))
+    jac[:, 0] = 1
+    jac[rows, 1 + which] = g
+    jac[rows, 1 + k + which] = -x * g
+    hess = jac.T @ jac
+    rg = r * g  # minus Σ r_j ∇²m_j: the model's curvature in (log A_w, α_w)
+    for w in range(k):
+        a, b, mine = 1 + w, 1 + k + w, which == w
+        hess[a, a] -= np.sum(rg[mine])
+        hess[a, b] += np.sum(rg[mine] * x[mine])
+        hess[b, b] -= np.sum(rg[mine] * x[mine] ** 2)
+        hess[b, a] = hess[a, b]
+    return -(jac.T @ r), hess
+
+
+def _cholesky_solve(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    """a⁻¹ b by a Cholesky factorisation written out (no LAPACK: its rounding varies by CPU); None unless a is
+    positive definite."""
+    n = len(b)
+    low = np.zeros_like(a)
+    for i in range(n):
+        for j in range(i + 1):
+            s = a[i, j] - np.sum(low[i, :j] * low[j, :j])
+            if i == j:
+                if not s > 0:
+                    return None
+                low[i, i] = np.sqrt(s)
+            else:
+                low[i, j] = s / low[j, j]
+    z = np.zeros_like(b)
+    for i in range(n):
+        z[i] = (b[i] - np.sum(low[i, :i] * z[:i])) / low[i, i]
+    out = np.zeros_like(b)
+    for i in reversed(range(n)):
+        out[i] = (z[i] - np.sum(low[i + 1:, i] * out[i + 1:])) / low[i, i]
+    return out
 
 
 def _start(x, y, which, k, e) -> np.ndarray:
@@ -241,7 +335,32 @@ def analyse(table: Table, resamples: int = RESAMPLES) -> Ladder | None:
         rows += _fit_budget(points, idx, baseline, b, resamples)
     ladder.curves = pd.DataFrame(rows)
     _held_out(ladder, groups)
+    _round(ladder)
     return ladder
+
+
+NATS = ("loss", "std", "fitted", "residual", "predicted", "prediction_error", "E", "rms", "noise")
+NAT_DECIMALS = 4  # losses and their differences, in nats
+SIGNIFICANT = 3  # every other fitted or bootstrapped number
+SHOWN = f".{SIGNIFICANT}g"  # as the markdown shows them
+
+
+def significant(value: float, digits: int = SIGNIFICANT) -> float:
+    """`value` rounded to `digits` significant digits (NaN and ±inf unchanged)."""
+    return float(f"{value:.{digits - 1}e}") if math.isfinite(value) else value
+
+
+def _round(ladder: Ladder) -> None:
+    """Every number the fit writes at the precision docs/table.md states: far coarser than what a 1e-9 change of
+    the inputs moves, so each CPU writes the same bytes; the held-out curves too (the figure draws them)."""
+    for frame in (ladder.points, ladder.curves):
+        for column in frame.columns:
+            if column in NATS:
+                frame[column] = frame[column].astype(float).round(NAT_DECIMALS)
+            elif column in (*RESULTS[2:5], "alpha", "A", "crossover", "trend_ratio", "trend_low", "trend_high"):
+                frame[column] = [significant(float(v)) for v in frame[column]]
+    ladder.held_out_curves = {key: Curve(round(c.E, NAT_DECIMALS), math.log(significant(c.A)),
+                                         significant(c.alpha)) for key, c in ladder.held_out_curves.items()}
 
 
 def _budget_text(budget) -> str:
@@ -442,8 +561,8 @@ def to_markdown(ladder: Ladder) -> str:
 def _trend_cell(curve: pd.Series) -> str:
     if "trend_ratio" not in curve or pd.isna(curve["trend_ratio"]):
         return curve["trend"]
-    return f"{curve['trend']}: {curve['trend_from']} → {curve['trend_to']} ×{curve['trend_ratio']:.2f} " \
-           f"[{fmt(curve['trend_low'], '.2f')}, {fmt(curve['trend_high'], '.2f')}]"
+    return f"{curve['trend']}: {curve['trend_from']} → {curve['trend_to']} ×{fmt(curve['trend_ratio'], SHOWN)} " \
+           f"[{fmt(curve['trend_low'], SHOWN)}, {fmt(curve['trend_high'], SHOWN)}]"
 
 
 def _rms_cell(curve: pd.Series) -> str:
@@ -458,11 +577,11 @@ def _bound(value: float, bounds: tuple[float, float]) -> str:
 
 
 def multiplier_cell(point: pd.Series) -> str:
-    """`1.78 [0.92, 5.02]`: a point's multiplier and its bootstrap interval (none with one seed)."""
+    """`1.78 [0.923, 5.02]`: a point's multiplier and its bootstrap interval (none with one seed)."""
     if pd.isna(point["multiplier_low"]):
-        return fmt(point["multiplier"], ".2f")
-    return f"{fmt(point['multiplier'], '.2f')} [{fmt(point['multiplier_low'], '.2f')}, " \
-           f"{fmt(point['multiplier_high'], '.2f')}]"
+        return fmt(point["multiplier"], SHOWN)
+    return f"{fmt(point['multiplier'], SHOWN)} [{fmt(point['multiplier_low'], SHOWN)}, " \
+           f"{fmt(point['multiplier_high'], SHOWN)}]"
 
 
 def _held_out_lines(ladder: Ladder) -> list[str]:
