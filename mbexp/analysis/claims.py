@@ -10,7 +10,7 @@ from mbexp.analysis import stats
 from mbexp.analysis.table import SENSITIVITY_AXES, Table, cell_runs, losses_at, setting, slow_start_seeds
 
 HYPOTHESES = ("better", "worse", "equivalent", "ordering")
-STATISTICS = ("delta", "sensitivity")
+STATISTICS = ("delta", "sensitivity", "trend")
 VERDICTS = ("agrees", "disagrees", "not resolved", "not tested")
 OUTCOME = {"better": {"better": "supports", "worse": "contradicts"},
            "worse": {"worse": "supports", "better": "contradicts"}}
@@ -147,6 +147,8 @@ def evaluate_file(path, tables: dict[str, Table]) -> list[Result]:
 
 def evaluate_claim(claim: Claim, table: Table | None) -> Result:
     """The claim's family tested on all present seeds, and again on the planned seeds alone, with its qualifiers."""
+    if claim.statistic == "trend":
+        return ladder_trend(claim, table)
     labels = sorted({label for pair in claim.pairs for label in pair if label})
     if table is None:
         return Result(claim, [], "not tested", "not tested", {}, [f"no finished runs of {claim.experiment}"])
@@ -162,6 +164,46 @@ def evaluate_claim(claim: Claim, table: Table | None) -> Result:
     present = {label: sorted(set(runs.loc[runs["status"] == "completed", "seed"])) for label, runs in cells.items()}
     texts, tags = qualifiers(claim, table, cells, present, comparisons)
     return Result(claim, comparisons, verdict(comparisons), verdict(planned), present, texts, tags)
+
+
+def ladder_trend(claim: Claim, table: Table | None) -> Result:
+    """A ladder claim (statistic: trend): per (variant, baseline) pair, the fit-free trend of the paired Δ over
+    ln(non-embedding parameters) at the claim's budget (analysis/trend.py; default the largest); resolved when the
+    Holm-adjusted slope t-test and permutation p are both below α; `better`: Δ falls with size."""
+    from mbexp.analysis import trend as fit_free
+    from mbexp.analysis.scaling import ladder_points
+
+    if table is None:
+        return Result(claim, [], "not tested", "not tested", {}, [f"no finished runs of {claim.experiment}"])
+    points, _ = ladder_points(table)
+    unknown = sorted({v for pair in claim.pairs for v in pair} - set(points["variant"]))
+    if unknown:
+        return Result(claim, [], "not tested", "not tested", {}, [f"variants not in {claim.experiment}: "
+                                                                  f"{', '.join(unknown)}"])
+    steps = dict(claim.at).get("train.steps", points["steps"].max())
+
+    def tested(seeds) -> list[Comparison]:
+        out, permuted = [], []
+        for row, base in claim.pairs:
+            deltas = {n: d[d.index.isin(seeds)] if seeds else d
+                      for n, d in fit_free.ladder_deltas(points, row, base, steps).items()}
+            t, t90 = fit_free.trend(deltas), fit_free.trend(deltas, level=0.90)
+            out.append(Comparison(row, base, stats.Interval(t.slope, t.low, t.high, p=t.p, df=len(t.seeds) - 1,
+                                                            method="trend"),
+                                  stats.Interval(t90.slope, t90.low, t90.high, method="trend"),
+                                  pd.Series(t.slopes, index=list(t.seeds[:len(t.slopes)]), dtype=float),
+                                  len(t.seeds)))
+            permuted.append(t.p_permutation)
+        for c, p, q in zip(out, stats.holm([c.interval.p for c in out]), stats.holm(permuted)):
+            c.p_holm = max(p, q)
+            c.mark = stats.mark(c.interval.delta, c.p_holm, math.nan)
+            c.outcome = outcome(claim.hypothesis, c)
+        return out
+
+    comparisons = tested(None)
+    present = {c.row: sorted(c.deltas.index) for c in comparisons}
+    return Result(claim, comparisons, verdict(comparisons), verdict(tested(set(claim.seeds))), present,
+                  [f"fit-free: paired Δ vs the baseline per size at {steps} steps, its slope over ln N"])
 
 
 _MISSING = object()

@@ -410,7 +410,7 @@ def _bootstrap(points: pd.DataFrame, baseline: str, params: np.ndarray, resample
     losses = [s.to_numpy() for s in points["losses"]]
     pool = seed_deviations(points)
     for b in range(resamples if len(pool) else 0):  # one seed everywhere: no noise estimate, no interval
-        means = [s.mean() + rng.choice(pool, len(s)).mean() for s in losses]
+        means = resampled_means(losses, pool, rng)
         try:
             curves, _ = fit(points.assign(loss=means), start=params)
         except RuntimeError:
@@ -418,6 +418,11 @@ def _bootstrap(points: pd.DataFrame, baseline: str, params: np.ndarray, resample
         base = curves[baseline]
         draws[b] = [multiplier(base, curves[v], c) for v, c in zip(points["variant"], points["compute"])]
     return draws
+
+
+def resampled_means(losses: list, pool: np.ndarray, rng: np.random.Generator) -> list[float]:
+    """One bootstrap draw of each point's mean: its mean plus the mean of n deviations drawn from the pool."""
+    return [s.mean() + rng.choice(pool, len(s)).mean() for s in losses]
 
 
 def seed_deviations(points: pd.DataFrame) -> np.ndarray:
