@@ -82,7 +82,7 @@ def _main(argv: list[str] | None) -> int:
             continue
         print(f"## {experiment} → {', '.join(map(str, paths))}\n")
         print(render.to_markdown(tables[experiment]))
-        fit = [p for p in paths if p.name == f"{experiment}_fit.md"]  # a size ladder's fit (scaling.write)
+        fit = [p for p in paths if p.name == f"{experiment}_fit.md"]  # a size ladder's fit (outputs.write_ladder)
         if fit:
             print(fit[0].read_text(encoding="utf-8"))
     claims_paths = outputs.write_claims(args.results, verdicts)

@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 from tiny import REPO, mbexp_train, overrides, summaries
 
-from mbexp.analysis import scaling, table
+from mbexp.analysis import ladder_render, outputs, powerlaw, scaling, table
 from mbexp.analysis.collect import collect_runs
-from mbexp.analysis.scaling import Curve
+from mbexp.analysis.powerlaw import Curve
 
 SIZES = {"ladder64": 1e6, "ladder96": 2e6, "ladder128": 4e6, "ladder160": 8e6}  # name -> FLOPs per token
 TOKENS_PER_STEP = 2048
@@ -84,13 +84,13 @@ def test_fit_recovers_alpha_and_the_shared_floor(tmp_path):
         # the pooled seed s.d. has 16 degrees of freedom here: ±18% is one s.d. of it, 0.4 two and a bit
         assert all(c["noise"] == pytest.approx(NOISE / math.sqrt(3), rel=0.4) for c in curves.values())
         assert all(c["rms"] / c["noise"] < 2 for c in curves.values())  # a curve that fits: about 1
-    assert " noise) | 4 | " in scaling.to_markdown(ladder)
+    assert " noise) | 4 | " in ladder_render.to_markdown(ladder)
 
 
 def test_known_multiplier_lies_in_its_interval(tmp_path):
     base, better = curve(0.3, 4.3), curve(0.3, 4.2)  # same α: m = (A_b / A_v)^(1/α) at every compute
     known = (base.A / better.A) ** (1 / 0.3)
-    assert scaling.multiplier(base, better, 1e12) == pytest.approx(known)
+    assert powerlaw.multiplier(base, better, 1e12) == pytest.approx(known)
     write_ladder(tmp_path, {"relu": base, "swiglu": better})
     points = fitted(tmp_path).points
     swiglu = points[points["variant"] == "layer-pre-swiglu-matched"]
@@ -108,7 +108,7 @@ def test_one_seed_per_point_gives_no_interval(tmp_path):
     write_ladder(tmp_path, {"relu": curve(0.3, 4.3), "swiglu": curve(0.3, 4.2)}, seeds=1)
     ladder = fitted(tmp_path, resamples=20)
     assert ladder.points["multiplier"].notna().sum() == 8 and ladder.points["multiplier_low"].isna().all()
-    md = scaling.to_markdown(ladder)
+    md = ladder_render.to_markdown(ladder)
     assert "(no interval: one seed per point)" in md
     assert re.search(r"^\| ladder64 \| 166,666 \| 200 \| 1\.\d\d \|$", md, re.M)  # a multiplier, no interval
     assert by_variant(ladder)["layer-pre-swiglu-matched"]["trend"] == "not resolved"
@@ -117,7 +117,7 @@ def test_one_seed_per_point_gives_no_interval(tmp_path):
 def test_bootstrap_is_byte_stable(tmp_path):
     write_ladder(tmp_path, {"relu": curve(0.3, 4.3), "swiglu": curve(0.3, 4.2)})
     ladder = fitted(tmp_path, resamples=40)
-    assert scaling.to_csv(ladder) == scaling.to_csv(fitted(tmp_path, resamples=40))
+    assert ladder_render.to_csv(ladder) == ladder_render.to_csv(fitted(tmp_path, resamples=40))
 
 
 def committed_ladder(jitter: float = 0.0, seed: int = 0) -> table.Table:
@@ -137,7 +137,7 @@ def test_the_fit_files_survive_a_1e9_change_of_every_loss():
     texts = []
     for jitter in (0.0, 1e-9):
         ladder = scaling.analyse(committed_ladder(jitter, seed=1), resamples=20)
-        texts.append(scaling.to_csv(ladder) + scaling.to_markdown(ladder))
+        texts.append(ladder_render.to_csv(ladder) + ladder_render.to_markdown(ladder))
     assert texts[0] == texts[1]
     assert ",0,12.5," in texts[0]  # E at its bound is written as the bound
 
@@ -147,8 +147,8 @@ def test_the_fit_does_not_depend_on_where_the_solver_stops(tmp_path):
     write_ladder(tmp_path, {"relu": curve(0.3, 4.3), "swiglu": curve(0.36, 4.2)})
     points, _ = scaling.ladder_points(table.build_tables(tmp_path)["synth"])
     points = points[points["steps"] == 600]
-    curves, params = scaling.fit(points)
-    again, _ = scaling.fit(points, start=params * (1 + 1e-6 * np.arange(len(params))))
+    curves, params = powerlaw.fit(points)
+    again, _ = powerlaw.fit(points, start=params * (1 + 1e-6 * np.arange(len(params))))
     assert curves == again
 
 
@@ -164,9 +164,9 @@ def test_planted_crossover_is_found_and_parallel_curves_have_none(tmp_path):
     assert geglu["crossover_where"] == "within" and geglu["crossover"] == pytest.approx(4e12, rel=0.5)
     assert curves["layer-pre-swiglu-matched"]["crossover_where"] in ("none", "beyond")  # parallel up to the noise
     assert geglu["trend"] == "crosses 1 upward" and geglu["trend_low"] > 1  # behind at ladder64, ahead at ladder160
-    assert scaling.crossover(base, curve(0.3, 4.2), 4e11, 1e13) == (pytest.approx(math.nan, nan_ok=True), "none")
-    assert scaling.crossover(base, Curve(E, steeper.log_A, 0.4), 4e11, 1e12)[1] == "beyond"
-    assert scaling.crossover(base, Curve(E, steeper.log_A - 5, 0.4), 4e11, 1e13)[1] == "none"  # crossed before
+    assert powerlaw.crossover(base, curve(0.3, 4.2), 4e11, 1e13) == (pytest.approx(math.nan, nan_ok=True), "none")
+    assert powerlaw.crossover(base, Curve(E, steeper.log_A, 0.4), 4e11, 1e12)[1] == "beyond"
+    assert powerlaw.crossover(base, Curve(E, steeper.log_A - 5, 0.4), 4e11, 1e13)[1] == "none"  # crossed before
 
 
 def test_held_out_largest_size_is_predicted_and_ranked(tmp_path):
@@ -178,7 +178,7 @@ def test_held_out_largest_size_is_predicted_and_ranked(tmp_path):
     assert (out["prediction_error"].abs() < 0.03).all()  # 0.004-nats noise, extrapolated 2x in compute
     assert scaling.ranking(ladder) == (["layer-pre-swiglu-matched", "layer-pre-geglu-matched",
                                         "layer-pre-relu-matched"],) * 2
-    md = scaling.to_markdown(ladder)
+    md = ladder_render.to_markdown(ladder)
     assert "Ranking at ladder160, 600 steps, predicted right" in md
 
 
@@ -187,9 +187,9 @@ def test_too_few_sizes_say_so_in_one_line(tmp_path):
                  sizes={"ladder64": 1e6, "ladder96": 2e6}, steps=(600,))
     ladder = fitted(tmp_path)
     assert ladder.curves is None
-    md = scaling.to_markdown(ladder)
+    md = ladder_render.to_markdown(ladder)
     assert md.count("\n") == 1 and "too few points to fit" in md and "layer-pre-relu-matched has 2" in md
-    assert [p.name for p in scaling.write(tmp_path, table.build_tables(tmp_path)["synth"])] == ["synth_fit.md"]
+    assert [p.name for p in outputs.write_ladder(tmp_path, table.build_tables(tmp_path)["synth"])] == ["synth_fit.md"]
 
 
 def test_a_variant_with_too_few_sizes_is_left_out_in_one_line(tmp_path):
@@ -200,7 +200,7 @@ def test_a_variant_with_too_few_sizes_is_left_out_in_one_line(tmp_path):
     assert ladder.skipped == [f"{b} steps: too few points to fit L(C) = E + A·C^-α: layer-pre-swiglu-matched has 2 "
                               "(3 sizes per curve needed)" for b in (200, 600)]
     assert ladder.points.loc[ladder.points["variant"] == "layer-pre-swiglu-matched", "fitted"].isna().all()
-    assert "Left out: 600 steps: too few points" in scaling.to_markdown(ladder)
+    assert "Left out: 600 steps: too few points" in ladder_render.to_markdown(ladder)
 
 
 def test_sizes_with_budgets_of_their_own_make_one_curve_per_variant(tmp_path):
@@ -209,13 +209,13 @@ def test_sizes_with_budgets_of_their_own_make_one_curve_per_variant(tmp_path):
     ladder = fitted(tmp_path, resamples=20)
     assert list(ladder.curves["budget"]) == ["all", "all"] and list(ladder.curves["points"]) == [4, 4]
     assert by_variant(ladder, "all")["layer-pre-swiglu-matched"]["alpha"] == pytest.approx(0.36, abs=0.04)
-    assert "one curve per variant over every point (4 sizes, own budgets)" in scaling.to_markdown(ladder)
+    assert "one curve per variant over every point (4 sizes, own budgets)" in ladder_render.to_markdown(ladder)
 
 
 def test_a_budget_sweep_of_one_size_is_no_ladder(tmp_path):
     write_ladder(tmp_path, {"relu": curve(0.3, 4.3)}, sizes={"ladder64": 1e6}, steps=(200, 600, 1000))
     assert fitted(tmp_path) is None
-    assert scaling.write(tmp_path, table.build_tables(tmp_path)["synth"]) == []
+    assert outputs.write_ladder(tmp_path, table.build_tables(tmp_path)["synth"]) == []
 
 
 def test_trend_reads_the_ratio_and_both_ends():
@@ -230,7 +230,7 @@ def test_trend_reads_the_ratio_and_both_ends():
 def test_curve_inverse_and_the_floor():
     law = curve(0.3, 4.3)
     assert law.compute(float(law.loss(3e12))) == pytest.approx(3e12)
-    assert law.compute(E) == math.inf and scaling.multiplier(law, Curve(E - 0.5, law.log_A, 0.3), 1e15) == math.inf
+    assert law.compute(E) == math.inf and powerlaw.multiplier(law, Curve(E - 0.5, law.log_A, 0.3), 1e15) == math.inf
 
 
 # --- a real tiny ladder ---------------------------------------------------------------------------------------------

@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mbexp.analysis import scaling, trend
-from mbexp.analysis.scaling import Curve
+from mbexp.analysis import powerlaw, scaling, trend
+from mbexp.analysis.powerlaw import Curve
 
 
 def test_slope_and_both_tests_by_hand():
@@ -43,11 +43,11 @@ def test_too_few_sizes_or_seeds_resolve_nothing():
 def test_multiplier_and_its_trend_with_unequal_exponents():
     # shared floor: m = (A_b/A_v)^(1/α_b) · C^(α_v/α_b − 1) = 0.5^5 · (1e12)^0.5 = 31250
     base, gated = Curve(3.0, math.log(100), 0.2), Curve(3.0, math.log(200), 0.3)
-    assert scaling.multiplier(base, gated, 1e12) == pytest.approx(31250, rel=1e-9)
+    assert powerlaw.multiplier(base, gated, 1e12) == pytest.approx(31250, rel=1e-9)
     # r = (C_large / C_small)^(α_v/α_b − 1) = 100^0.5
-    assert scaling.multiplier(base, gated, 1e14) / scaling.multiplier(base, gated, 1e12) == pytest.approx(10)
+    assert powerlaw.multiplier(base, gated, 1e14) / powerlaw.multiplier(base, gated, 1e12) == pytest.approx(10)
     # where they cross: C× = (A_v/A_b)^(1/(α_v − α_b)) = 2^10
-    assert scaling.crossover(base, gated, 1.0, 1e4) == (pytest.approx(1024), "within")
+    assert powerlaw.crossover(base, gated, 1.0, 1e4) == (pytest.approx(1024), "within")
 
 
 def test_a_bootstrap_mean_spreads_like_a_mean_of_n_seeds():

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from mbexp.analysis import figures, render, report, scaling
+from mbexp.analysis import figures, ladder_render, render, report, scaling
 from mbexp.analysis.claims import Result
 from mbexp.analysis.table import Table
 from mbexp.io import atomic_write, write_text
@@ -21,9 +21,28 @@ def write_outputs(results_dir, tables: dict[str, Table]) -> dict[str, list[Path]
         for name, fig in figures.figures(table).items():
             paths.append(figures_dir / f"{exp}_{name}.png")
             atomic_write(paths[-1], lambda tmp, fig=fig: figures.save(fig, tmp))
-        paths += scaling.write(results_dir, table)  # a size ladder's fit: tables/<exp>_fit.*, figures/<exp>_ladder.png
+        paths += write_ladder(results_dir, table)  # a size ladder's fit: tables/<exp>_fit.*, figures/<exp>_ladder.png
         written[exp] = paths
     return written
+
+
+def write_ladder(results_dir, table: Table) -> list[Path]:
+    """For a ladder: tables/<exp>_fit.md (and .csv) and figures/<exp>_ladder.png; nothing otherwise. Too few points
+    to fit: the .md holds one line saying so, and nothing else is written."""
+    ladder = scaling.analyse(table)
+    if ladder is None:
+        return []
+    tables_dir, figures_dir = Path(results_dir, "tables"), Path(results_dir, "figures")
+    paths = [tables_dir / f"{ladder.experiment}_fit.md"]
+    write_text(paths[0], ladder_render.to_markdown(ladder))
+    if ladder.message:
+        return paths
+    paths.append(tables_dir / f"{ladder.experiment}_fit.csv")
+    write_text(paths[-1], ladder_render.to_csv(ladder))
+    paths.append(figures_dir / f"{ladder.experiment}_ladder.png")
+    fig = ladder_render.plot(ladder)
+    atomic_write(paths[-1], lambda tmp: fig.savefig(tmp, format="png", metadata={"Software": None}))
+    return paths
 
 
 def write_claims(results_dir, results: list[Result]) -> list[Path]:

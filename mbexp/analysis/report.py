@@ -13,8 +13,8 @@ import pandas as pd
 
 from mbexp.analysis import stats
 from mbexp.analysis.claims import ClaimsError, Comparison, Result, evaluate, load_claims, seed_range, short
+from mbexp.analysis.ladder_render import multiplier_cell
 from mbexp.analysis.render import fmt
-from mbexp.analysis.scaling import multiplier_cell
 from mbexp.analysis.table import setting
 
 CLAIMS_BEGIN, CLAIMS_END = "<!-- claims:begin -->", "<!-- claims:end -->"

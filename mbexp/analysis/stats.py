@@ -6,6 +6,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from scipy import stats
+from statsmodels.stats.multitest import multipletests
+from statsmodels.stats.power import TTestPower
+from statsmodels.stats.weightstats import DescrStatsW, ttost_ind
 
 LEVEL = 0.95
 ALPHA = 0.05
@@ -23,6 +26,7 @@ class Interval:
     df: float = math.nan
     p: float = math.nan
     method: str = "none"  # "paired", "welch", or "none": too few seeds for an interval
+    samples: tuple = ()  # what it was computed from: (paired differences,) or (a, b) for Welch
 
 
 def paired(a: pd.Series, b: pd.Series, level: float = LEVEL) -> Interval:
@@ -31,7 +35,7 @@ def paired(a: pd.Series, b: pd.Series, level: float = LEVEL) -> Interval:
     if len(shared) < 2:
         return Interval(math.nan)
     diff = (a[shared] - b[shared]).to_numpy(float)
-    return _interval(diff.mean(), diff.var(ddof=1) / len(diff), len(diff) - 1, level, "paired")
+    return _interval(diff.mean(), diff.var(ddof=1) / len(diff), len(diff) - 1, level, "paired", (diff,))
 
 
 def welch(a: pd.Series, b: pd.Series, level: float = LEVEL) -> Interval:
@@ -40,7 +44,7 @@ def welch(a: pd.Series, b: pd.Series, level: float = LEVEL) -> Interval:
         return Interval(a.mean() - b.mean() if len(a) and len(b) else math.nan)
     va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
     df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1)) if va + vb > 0 else math.inf
-    return _interval(a.mean() - b.mean(), va + vb, df, level, "welch")
+    return _interval(a.mean() - b.mean(), va + vb, df, level, "welch", (a.to_numpy(float), b.to_numpy(float)))
 
 
 def compare(a: pd.Series, b: pd.Series, level: float = LEVEL) -> Interval:
@@ -49,38 +53,36 @@ def compare(a: pd.Series, b: pd.Series, level: float = LEVEL) -> Interval:
     return both if both.method == "paired" else welch(a, b, level)
 
 
-def _interval(delta: float, var_of_mean: float, df: float, level: float, method: str) -> Interval:
+def _interval(delta: float, var_of_mean: float, df: float, level: float, method: str, samples: tuple) -> Interval:
     se = math.sqrt(var_of_mean)
     if se == 0:  # identical differences: no spread, the point is the interval
-        return Interval(delta, delta, delta, 0.0, df, 1.0 if delta == 0 else 0.0, method)
+        return Interval(delta, delta, delta, 0.0, df, 1.0 if delta == 0 else 0.0, method, samples)
     half = stats.t.ppf((1 + level) / 2, df) * se
     p = 2 * stats.t.sf(abs(delta) / se, df)
-    return Interval(delta, delta - half, delta + half, se, df, float(p), method)
+    return Interval(delta, delta - half, delta + half, se, df, float(p), method, samples)
 
 
 def holm(pvalues) -> np.ndarray:
-    """Holm–Bonferroni adjusted p-values (NaN entries are not comparisons and stay NaN)."""
+    """Holm–Bonferroni adjusted p-values (statsmodels' multipletests); NaN entries are not comparisons, stay NaN."""
     p = np.asarray(pvalues, float)
     out = np.full(p.shape, math.nan)
-    idx = np.flatnonzero(~np.isnan(p))
-    order = idx[np.argsort(p[idx], kind="stable")]
-    m, running = len(order), 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * p[i]))
-        out[i] = running
+    keep = ~np.isnan(p)
+    if keep.any():
+        out[keep] = multipletests(p[keep], method="holm")[1]
     return out
 
 
 def tost(interval: Interval, margin: float) -> float:
-    """p of two one-sided t-tests that |Δ| < margin (the larger of the two one-sided p's); NaN without an interval."""
-    d, se, df = interval.delta, interval.se, interval.df
-    if math.isnan(se):
+    """p of two one-sided t-tests that |Δ| < margin (statsmodels: the paired differences' ttost_mean, or Welch's
+    ttost_ind); NaN without an interval."""
+    if math.isnan(interval.se):
         return math.nan
-    if se == 0:
-        return 0.0 if abs(d) < margin else 1.0
-    p_low = stats.t.sf((d + margin) / se, df)  # H0: Δ ≤ −margin
-    p_high = stats.t.cdf((d - margin) / se, df)  # H0: Δ ≥ +margin
-    return float(max(p_low, p_high))
+    if interval.se == 0:
+        return 0.0 if abs(interval.delta) < margin else 1.0
+    if interval.method == "paired":
+        return float(DescrStatsW(interval.samples[0]).ttost_mean(-margin, margin)[0])
+    a, b = interval.samples
+    return float(ttost_ind(a, b, -margin, margin, usevar="unequal")[0])
 
 
 def mark(delta: float, p_adjusted: float, tost_adjusted: float, alpha: float = ALPHA) -> str:
@@ -134,27 +136,29 @@ def beyond(interval: Interval, margin: float) -> float:
     return float(stats.t.sf((abs(d) - margin) / se, df))
 
 
-def power(n: int, effect: float, sd: float, alpha: float = ALPHA) -> float:
-    """Power of the two-sided one-sample (paired) t-test at level alpha with n seeds, when the true mean difference
-    is `effect` and the per-seed SD is `sd`: P(|T| > t_{1−α/2, n−1}) for T ~ noncentral t(n − 1, effect·√n / sd)."""
-    df, nc = n - 1, effect * math.sqrt(n) / sd
-    crit = stats.t.ppf(1 - alpha / 2, df)
-    return float(stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc))
+def power(n, effect: float, sd: float, alpha: float = ALPHA):
+    """Power of the two-sided one-sample (paired) t-test at level alpha with n seeds (an int or an array), when the
+    true mean difference is `effect` and the per-seed SD is `sd` (statsmodels' TTestPower, tail by tail: scipy's
+    noncentral t gives NaN far out in a tail, where the far tail is 0 and the near one 1)."""
+    es, test = abs(effect) / sd, TTestPower()
+    near = test.power(effect_size=es, nobs=n, alpha=alpha / 2, alternative="larger")
+    far = test.power(effect_size=es, nobs=n, alpha=alpha / 2, alternative="smaller")
+    out = np.minimum(np.nan_to_num(near, nan=1.0) + np.nan_to_num(far, nan=0.0), 1.0)
+    return float(out) if np.ndim(out) == 0 else out
 
 
 def seeds_needed(effect: float, sd: float, target: float = POWER, alpha: float = ALPHA) -> float:
-    """The least n ≥ 2 at which `power` reaches `target`; inf beyond MAX_SEEDS or for a zero effect; NaN when the
-    SD is unknown (fewer than 2 seeds). A zero SD resolves any nonzero effect with 2 seeds."""
+    """The least n ≥ 2 at which `power` reaches `target`; inf beyond MAX_SEEDS (a cap, not a measurement) or for a
+    zero effect; NaN when the SD is unknown (fewer than 2 seeds). A zero SD resolves any nonzero effect with 2 seeds."""
     if math.isnan(sd) or math.isnan(effect):
         return math.nan
     if effect == 0:
         return math.inf
     if sd == 0:
         return 2.0
-    for n in range(2, MAX_SEEDS + 1):
-        if power(n, abs(effect), sd, alpha) >= target:
-            return float(n)
-    return math.inf
+    n = np.arange(2, MAX_SEEDS + 1)
+    reached = np.flatnonzero(power(n, effect, sd, alpha) >= target)
+    return float(n[reached[0]]) if len(reached) else math.inf
 
 
 def slow_starts(early: pd.Series, k: float = SLOW_K) -> list:

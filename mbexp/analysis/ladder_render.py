@@ -1,0 +1,171 @@
+"""A ladder's fit as markdown, CSV and a figure (docs/table.md, "Ladders")."""
+
+import math
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import FormatStrFormatter, NullFormatter
+
+from mbexp.analysis.powerlaw import ALPHA_BOUNDS, Curve
+from mbexp.analysis.render import fmt
+from mbexp.analysis.scaling import LEVEL, SHOWN, Ladder, ranking
+
+LEGEND = ("α, E, A: the fitted L(C) = E + A·C^-α (bounded α in (0, 2], E in [0, least mean loss); at bound: the "
+          "data did not pin it). RMS resid.: root mean square of mean loss − fitted loss over the curve's points, "
+          "in nats, and its ratio to a point's seed noise (the pooled seed s.d. over √n; ≫ 1: the curve does not "
+          "fit). Multiplier m = C_base(L_v(C)) / C, with C_base the baseline curve solved for the loss and L_v "
+          "the variant's fitted loss at its own compute C (> 1: the baseline needs m times the compute to match; ∞: "
+          "below the baseline's floor); its interval: a bootstrap over seeds drawing from the budget's pooled seed "
+          "deviations. m along the ladder: m(largest size) / m(smallest size) on the curve, with its interval from "
+          "the same refits; rises / falls when that interval excludes 1, crosses 1 when both ends' intervals are "
+          "resolved on either side of 1. Crossover: the compute where the variant's and the baseline's curves "
+          "cross, within or beyond the budget's compute range (none: at no compute the ladder reaches or above). "
+          "Held-out error: the prediction minus the runs' mean (docs/table.md, \"Ladders\").")
+
+
+def to_markdown(ladder: Ladder) -> str:
+    """The fit in markdown: the curves, the multipliers per ladder point, the held-out check, a legend."""
+    if ladder.message:
+        return f"**{ladder.experiment}**: {ladder.message}.\n"
+    points, curves, base = ladder.points, ladder.curves, ladder.baseline
+    fitted = points[points["fitted"].notna()]
+    sizes = f"{fitted['size'].nunique()} sizes"
+    shape = f"one curve per variant and budget (train.steps) across {sizes}, C growing with size" \
+        if (curves["budget"] != "all").all() else f"one curve per variant over every point ({sizes}, own budgets)"
+    lines = [f"**{ladder.experiment}** — L(C) = E + A·C^-α, {shape}; fitted to the mean final {ladder.split} log-ppl "
+             f"over seeds at {len(fitted)} points, the floor E shared by the variants of a budget; C = FLOPs/token × "
+             f"tokens seen; baseline `{base}`.", "",
+             "| variant | steps | α | E (shared) | A | RMS resid. | points | crossover vs baseline "
+             "| m along the ladder |",
+             "|:---|---:|---:|---:|---:|---:|---:|:---|:---|"]
+    for _, c in curves.iterrows():
+        where = c["crossover_where"]
+        cross = f"{c['crossover']:.3g} FLOPs ({where} the data)" if where in ("within", "beyond") else where
+        least = fitted.loc[fitted["budget"] == c["budget"], "loss"].min()
+        lines.append(f"| {c['variant']} | {c['budget']} | {c['alpha']:.3f}{_bound(c['alpha'], ALPHA_BOUNDS)} | "
+                     f"{c['E']:.3f}{_bound(c['E'], (0.0, least))} | {c['A']:.4g} | {_rms_cell(c)} | "
+                     f"{c['points']} | {cross} | {_trend_cell(c)} |")
+    lines += [f"\nLeft out: {line}." for line in ladder.skipped]
+    others = [v for v in dict.fromkeys(curves["variant"]) if v != base]
+    if others:
+        how = f"{LEVEL:.0%} bootstrap interval over seeds, {ladder.resamples} refits" if fitted["n"].max() > 1 \
+            else "no interval: one seed per point"
+        lines += ["", f"Compute multiplier vs `{base}` ({how}):", "",
+                  "| size | non-emb. params | steps | " + " | ".join(others) + " |",
+                  "|:---|---:|---:|" + "---:|" * len(others)]
+        for (size, steps), group in fitted.groupby(["size", "steps"], sort=False):
+            cells = []
+            for v in others:
+                hit = group[group["variant"] == v]
+                cells.append("—" if hit.empty else multiplier_cell(hit.iloc[0]))
+            params = fmt(group["params_non_embedding"].iloc[0], ",.0f")
+            lines.append(f"| {size} | {params} | {steps} | " + " | ".join(cells) + " |")
+    lines += ["", *_held_out_lines(ladder), "", LEGEND]
+    return "\n".join(lines) + "\n"
+
+
+def _trend_cell(curve: pd.Series) -> str:
+    if "trend_ratio" not in curve or pd.isna(curve["trend_ratio"]):
+        return curve["trend"]
+    return f"{curve['trend']}: {curve['trend_from']} → {curve['trend_to']} ×{fmt(curve['trend_ratio'], SHOWN)} " \
+           f"[{fmt(curve['trend_low'], SHOWN)}, {fmt(curve['trend_high'], SHOWN)}]"
+
+
+def _rms_cell(curve: pd.Series) -> str:
+    """The residual, and how many times a point's seed noise it is (a curve that fits: about 1)."""
+    ratio = "" if pd.isna(curve["noise"]) else f" ({curve['rms'] / curve['noise']:.1f}× noise)"
+    return f"{curve['rms']:.4f}{ratio}"
+
+
+def _bound(value: float, bounds: tuple[float, float]) -> str:
+    """A mark for a fitted value at its bound: the data did not pin it down."""
+    return " (at bound)" if any(math.isclose(value, b, rel_tol=1e-6, abs_tol=1e-9) for b in bounds) else ""
+
+
+def multiplier_cell(point: pd.Series) -> str:
+    """`1.78 [0.923, 5.02]`: a point's multiplier and its bootstrap interval (none with one seed)."""
+    if pd.isna(point["multiplier_low"]):
+        return fmt(point["multiplier"], SHOWN)
+    return f"{fmt(point['multiplier'], SHOWN)} [{fmt(point['multiplier_low'], SHOWN)}, " \
+           f"{fmt(point['multiplier_high'], SHOWN)}]"
+
+
+def _held_out_lines(ladder: Ladder) -> list[str]:
+    size = ladder.held_out_size
+    if ladder.held_out_message:
+        return [f"Held-out check: {ladder.held_out_message}."]
+    out = ladder.points[ladder.points["held_out"].astype(bool) & ladder.points["fitted"].notna()]
+    lines = [f"Held-out check: every curve refit without {size}, then predicted at {size}:", "",
+             "| variant | steps | compute | runs' mean (n) | predicted | error |", "|:---|---:|---:|---:|---:|---:|"]
+    lines += [f"| {p['variant']} | {p['steps']} | {p['compute']:.3g} | {p['loss']:.3f} ({p['n']}) | "
+              f"{fmt(p['predicted'], '.3f')} | {fmt(p['prediction_error'], '+.3f')} |" for _, p in out.iterrows()]
+    ranks = ranking(ladder)
+    if ranks:
+        predicted, measured = ranks
+        steps = out["steps"].max()
+        verdict = "right" if predicted == measured else "wrong"
+        lines += ["", f"Ranking at {size}, {steps} steps, predicted {verdict}: predicted {' < '.join(predicted)}; "
+                      f"measured {' < '.join(measured)}."]
+    return lines
+
+
+def to_csv(ladder: Ladder) -> str:
+    """Every point with its fit, multiplier and held-out prediction, and its curve's parameters."""
+    points = ladder.points.drop(columns="losses").merge(ladder.curves, on=["variant", "budget"], how="left")
+    points.insert(0, "experiment", ladder.experiment)
+    points.insert(2, "baseline", points["variant"] == ladder.baseline)
+    return points.to_csv(index=False, float_format="%.6g", lineterminator="\n")
+
+
+# --- figure -------------------------------------------------------------------------------------------------------
+
+
+def plot(ladder: Ladder) -> Figure:
+    """Loss against compute on log-log axes, one colour per variant: per-seed points, each budget's fitted curve
+    (solid; fainter for the smaller budgets), the curves refit without the largest size (dashed) and that size's
+    means ringed."""
+    fig = Figure(figsize=(9, 4.5), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    points = ladder.points
+    colours = {v: f"C{i % 10}" for i, v in enumerate(dict.fromkeys(points["variant"]))}
+    for _, p in points.iterrows():
+        ax.plot([p["compute"]] * p["n"], p["losses"], marker="o", markersize=3, linestyle="none", alpha=0.5,
+                color=colours[p["variant"]])
+    out = points[points["held_out"].astype(bool)]
+    for variant, group in out.groupby("variant", sort=False):
+        ax.plot(group["compute"], group["loss"], marker="o", markersize=11, fillstyle="none", linestyle="none",
+                color=colours[variant])
+    budgets_ = list(dict.fromkeys(ladder.curves["budget"]))
+    for _, c in ladder.curves.iterrows():
+        key = (c["variant"], c["budget"])
+        mine = points[(points["variant"] == c["variant"]) & (points["budget"] == c["budget"])]
+        grid = np.geomspace(mine["compute"].min() / 1.2, mine["compute"].max() * 1.2, 100)
+        fade = 1.0 if c["budget"] == budgets_[-1] else 0.45
+        where = "" if c["budget"] == "all" else f", {c['budget']} steps"
+        ax.plot(grid, _curve(c).loss(grid), color=colours[c["variant"]], alpha=fade,
+                label=f"{c['variant']}{where} (α={c['alpha']:.3f})")
+        if key in ladder.held_out_curves:
+            ax.plot(grid, ladder.held_out_curves[key].loss(grid), color=colours[c["variant"]], alpha=fade,
+                    linestyle="--", linewidth=1)
+    for variant in [v for v in colours if v not in set(ladder.curves["variant"])]:  # in order: stable bytes
+        ax.plot([], [], marker="o", markersize=3, linestyle="none", color=colours[variant],
+                label=f"{variant} (too few sizes to fit)")
+    ax.plot([], [], color="0.4", linestyle="--", linewidth=1, label=f"refit without {ladder.held_out_size}")
+    ax.plot([], [], marker="o", markersize=11, fillstyle="none", linestyle="none", color="0.4",
+            label=f"held out: {ladder.held_out_size} (mean)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    for ticks in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):  # a loss spans < 1 decade
+        ticks(FormatStrFormatter("%.1f"))
+    ax.set(xlabel="training compute C (FLOPs)", ylabel=f"final {ladder.split} log-ppl (per seed)",
+           title=f"{ladder.experiment}: L(C) = E + A·C^-α (E shared within a budget)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small", frameon=False)
+    return fig
+
+
+def _curve(row: pd.Series) -> Curve:
+    return Curve(row["E"], math.log(row["A"]), row["alpha"])

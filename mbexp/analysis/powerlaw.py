@@ -1,0 +1,196 @@
+"""The saturating power law L(C) = E + A·C^-α of a ladder (docs/table.md, "Ladders"): the curve, the compute
+multiplier and crossover between two curves, and the joint least-squares fit on a shared floor E, finished in
+extended precision so that every CPU writes the same bytes."""
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import OptimizeWarning, curve_fit
+
+ALPHA_BOUNDS = (1e-6, 2.0)  # α in (0, 2]
+E_STARTS = (0.0, 0.5, 0.9)  # the fit starts with E at these fractions of the least loss and keeps the best
+AT_BOUND = 1e-7  # a fitted parameter this close to a bound (relative to max(1, |bound|)) is set to the bound
+
+
+@dataclass(frozen=True)
+class Curve:
+    """L(C) = E + A·C^-α, with A kept as log A (C^α overflows nothing in log space)."""
+
+    E: float
+    log_A: float
+    alpha: float
+
+    @property
+    def A(self) -> float:
+        return math.exp(self.log_A)
+
+    def loss(self, compute):
+        return self.E + np.exp(self.log_A - self.alpha * np.log(compute))
+
+    def compute(self, loss: float) -> float:
+        """The compute at which the curve reaches `loss`; inf when `loss` is at or below the floor E."""
+        if loss <= self.E:
+            return math.inf
+        log_c = (self.log_A - math.log(loss - self.E)) / self.alpha
+        return math.exp(log_c) if log_c < 700 else math.inf  # e^700 is finite; a flat curve needs "infinite" C
+
+
+def multiplier(base: Curve, curve: Curve, compute: float) -> float:
+    """m = C_base(L(C)) / C: how many times C the baseline needs to reach the loss `curve` has at C (> 1: the
+    variant is ahead); inf when that loss is at or below the baseline's floor."""
+    return base.compute(float(curve.loss(compute))) / compute
+
+
+def crossover(base: Curve, curve: Curve, low: float, high: float) -> tuple[float, str]:
+    """Where two curves on one floor E cross, solved in closed form (A_v·C^-α_v = A_b·C^-α_b):
+    (C, "within") inside [low, high], (C, "beyond") above high, (nan, "none") when they do not cross at C ≥ low."""
+    if curve.alpha == base.alpha:
+        return math.nan, "none"
+    log_c = (curve.log_A - base.log_A) / (curve.alpha - base.alpha)
+    if log_c < math.log(low):
+        return math.nan, "none"
+    return math.exp(min(log_c, 700.0)), "within" if log_c <= math.log(high) else "beyond"  # 700: e^700 is finite
+
+
+def fit(points: pd.DataFrame, start: np.ndarray | None = None) -> tuple[dict[str, Curve], np.ndarray]:
+    """One curve per variant on a shared floor E, least squares on the points' mean losses (columns variant,
+    compute, loss); bounded α in (0, 2], E in [0, least loss). Fitted in x = log C − mean(log C) so the
+    amplitudes stay O(1). Returns the curves and the parameter vector (a start for the bootstrap's refits)."""
+    names = list(dict.fromkeys(points["variant"]))
+    which = points["variant"].map(names.index).to_numpy()
+    log_c = np.log(points["compute"].to_numpy(float))
+    centre = log_c.mean()
+    x, y, k = log_c - centre, points["loss"].to_numpy(float), len(names)
+
+    def model(_, e, *ab):
+        a, alpha = np.asarray(ab[:k]), np.asarray(ab[k:])
+        return e + np.exp(a[which] - alpha[which] * x)
+
+    low = [0.0] + [-np.inf] * k + [ALPHA_BOUNDS[0]] * k
+    high = [y.min() * (1 - 1e-9)] + [np.inf] * k + [ALPHA_BOUNDS[1]] * k
+    starts = [start] if start is not None else [_start(x, y, which, k, f * y.min()) for f in E_STARTS]
+    best, best_sse = None, math.inf
+    for p0 in starts:
+        try:
+            with warnings.catch_warnings():  # no covariance when points = parameters: only the fit is used
+                warnings.simplefilter("ignore", OptimizeWarning)
+                params, _ = curve_fit(model, np.arange(len(y)), y, p0=np.clip(p0, low, np.nextafter(high, 0)),
+                                      bounds=(low, high), max_nfev=2000)
+        except RuntimeError:  # no convergence from this start
+            continue
+        sse = float(np.sum((model(None, *params) - y) ** 2))
+        if sse < best_sse:
+            best, best_sse = params, sse
+    if best is None:
+        raise RuntimeError("the power-law fit did not converge")
+    best = _polish(best, x, y, which, k, (np.asarray(low), np.asarray(high)))
+    e, a, alpha = best[0], best[1:k + 1], best[k + 1:]
+    return {n: Curve(float(e), float(a[i] + alpha[i] * centre), float(alpha[i])) for i, n in enumerate(names)}, best
+
+
+def _polish(params: np.ndarray, x, y, which, k: int, bounds: tuple) -> np.ndarray:
+    """The trust-region answer refined by Newton steps in extended precision, a parameter at a bound held there: the
+    optimum then depends neither on the BLAS's rounding nor on the solver's stopping point (docs/table.md)."""
+    low, high = (np.asarray(b, dtype=np.longdouble) for b in bounds)
+    p, x, y = params.astype(np.longdouble), x.astype(np.longdouble), y.astype(np.longdouble)
+    fixed = np.zeros(len(p), bool)
+    for bound in (low, high):
+        near = np.isfinite(bound) & (np.abs(p - bound) <= AT_BOUND * np.maximum(1, np.abs(bound)))
+        p[near], fixed[near] = bound[near], True
+    damping = 0.0  # Levenberg–Marquardt's, where the Hessian is not positive definite or a step fits worse
+    for _ in range(POLISH_STEPS):
+        grad, hess = _derivatives(p, x, y, which, k)
+        free = np.ix_(~fixed, ~fixed)
+        scale = np.diag(hess[free]).max()
+        step = np.zeros_like(p)
+        solved = _cholesky_solve(hess[free] + damping * scale * np.eye(len(free[0])), grad[~fixed])
+        if solved is None or damping > 1e6:
+            if damping > 1e6:  # no way down: keep the trust-region answer
+                return params
+            damping = max(damping * 10, 1e-12)
+            continue
+        step[~fixed] = solved
+        new = np.clip(p - step, low, high)
+        if damping and _sse(new, x, y, which, k) > _sse(p, x, y, which, k):
+            damping *= 10
+            continue
+        out = ~fixed & ((p - step < low) | (p - step > high))
+        p, fixed, damped = new, fixed | out, damping
+        damping = damping / 10 if damping > 1e-12 else 0.0
+        if not damped and not out.any() and np.all(np.abs(step) <= 1e-16 * np.maximum(1, np.abs(p))):
+            release = fixed & (((p == low) & (grad < 0)) | ((p == high) & (grad > 0)))  # pulled inside: free it
+            if not release.any():
+                return p.astype(float)
+            fixed &= ~release
+    return params
+
+
+POLISH_STEPS = 200
+
+
+def _model_parts(p, x, which, k):
+    g = np.exp(p[1 + which] - p[1 + k + which] * x)
+    return p[0] + g, g
+
+
+def _sse(p, x, y, which, k):
+    return np.sum((y - _model_parts(p, x, which, k)[0]) ** 2)
+
+
+def _derivatives(p, x, y, which, k) -> tuple[np.ndarray, np.ndarray]:
+    """The gradient and Hessian of ½·SSE in the parameters (E, log A_1..k, α_1..k)."""
+    m, g = _model_parts(p, x, which, k)
+    r = y - m
+    jac = np.zeros((len(x), len(p)), dtype=p.dtype)  # ∂m/∂p
+    rows = np.arange(len(x))
+    jac[:, 0] = 1
+    jac[rows, 1 + which] = g
+    jac[rows, 1 + k + which] = -x * g
+    hess = jac.T @ jac
+    rg = r * g  # minus Σ r_j ∇²m_j: the model's curvature in (log A_w, α_w)
+    for w in range(k):
+        a, b, mine = 1 + w, 1 + k + w, which == w
+        hess[a, a] -= np.sum(rg[mine])
+        hess[a, b] += np.sum(rg[mine] * x[mine])
+        hess[b, b] -= np.sum(rg[mine] * x[mine] ** 2)
+        hess[b, a] = hess[a, b]
+    return -(jac.T @ r), hess
+
+
+def _cholesky_solve(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    """a⁻¹ b by a Cholesky factorisation written out (no LAPACK: its rounding varies by CPU); None unless a is
+    positive definite."""
+    n = len(b)
+    low = np.zeros_like(a)
+    for i in range(n):
+        for j in range(i + 1):
+            s = a[i, j] - np.sum(low[i, :j] * low[j, :j])
+            if i == j:
+                if not s > 0:
+                    return None
+                low[i, i] = np.sqrt(s)
+            else:
+                low[i, j] = s / low[j, j]
+    z = np.zeros_like(b)
+    for i in range(n):
+        z[i] = (b[i] - np.sum(low[i, :i] * z[:i])) / low[i, i]
+    out = np.zeros_like(b)
+    for i in reversed(range(n)):
+        out[i] = (z[i] - np.sum(low[i + 1:, i] * out[i + 1:])) / low[i, i]
+    return out
+
+
+def _start(x, y, which, k, e) -> np.ndarray:
+    """Per variant, the line through log(L − e) against x: its intercept and minus its slope."""
+    a, alpha = np.zeros(k), np.full(k, 0.3)
+    for i in range(k):
+        xi, zi = x[which == i], np.log(y[which == i] - e)
+        if np.ptp(xi) > 0:
+            slope, a[i] = np.polyfit(xi, zi, 1)
+            alpha[i] = min(max(-slope, 0.01), ALPHA_BOUNDS[1] * 0.9)
+        else:
+            a[i] = zi.mean()
+    return np.concatenate([[e], a, alpha])
