@@ -29,7 +29,7 @@ def sweep(results, seeds=range(3), rows=ROWS, **fields):
 def claim(**entry) -> claims.Claim:
     base = {"id": "c", "claim": "gated beats relu", "paper": "Shazeer 2020", "experiment": "quick",
             "hypothesis": "better", "baseline": BASE, "rows": [A, B], "seeds": [0, 1, 2]}
-    return claims.parse_claim(base | entry, 0.02, "test")
+    return claims.parse_claim({k: v for k, v in (base | entry).items() if v is not None}, 0.02, "test")
 
 
 def result(results, **entry) -> claims.Result:
@@ -59,24 +59,27 @@ def test_family_holm_matches_statsmodels(tmp_path):
 def test_a_planted_extra_seed_is_reported_as_added_after_the_plan(tmp_path):
     sweep(tmp_path, seeds=range(4))
     r = result(tmp_path)
-    assert "seeds 3 added after the plan (planned 0–2)" in r.qualifiers
-    assert r.present[A] == [0, 1, 2, 3] and all(c.n == 4 for c in r.comparisons)
-    planned = claims.family(claim(), table.build_tables(tmp_path)["quick"], None, seeds={0, 1, 2})
-    assert [c.n for c in planned] == [3, 3]
+    assert "seeds 3 added after the plan (planned 0–2): shown apart, the verdict reads the planned seeds" in \
+        r.qualifiers
+    assert r.present[A] == [0, 1, 2, 3] and [c.n for c in r.comparisons] == [3, 3]  # the verdict's: planned seeds
+    assert [c.n for c in r.added] == [4, 4]  # every seed, shown apart
     csv = pd.read_csv(pd.io.common.StringIO(report.claims_csv([r])))
     assert csv["seeds_planned"].tolist() == ["0 1 2"] * 2 and csv["seeds_present"].tolist() == ["0 1 2 3"] * 2
-    assert csv["seed_deltas"][0] == "0:-0.2000 1:-0.1800 2:-0.1600 3:-0.2200"
+    assert csv["seed_deltas"][0] == "0:-0.2000 1:-0.1800 2:-0.1600" and csv["n_all_seeds"].tolist() == [4, 4]
 
 
 def test_missing_planned_runs_are_named(tmp_path):
     sweep(tmp_path, seeds=range(2))
-    assert "runs missing: geglu seed 2; relu seed 2; swiglu seed 2" in result(tmp_path).qualifiers
+    r = result(tmp_path)
+    assert r.unmet == ["planned runs missing: geglu seed 2; relu seed 2; swiglu seed 2"]
+    assert r.verdict == "not tested as declared" and r.standing == "exploratory"
 
 
 def test_a_claim_past_one_epoch_says_so(tmp_path):
     sweep(tmp_path, train_tokens=250_000, epochs=2.4576)
     past = result(tmp_path)
-    assert "past 1 epoch (2.46 epochs)" in past.qualifiers and "> 1 epoch" in past.tags
+    assert "past 1 epoch (2.46 epochs)" in past.unmet and "> 1 epoch" in past.tags
+    assert past.verdict == "not tested as declared"
     within = tmp_path / "within"
     sweep(within)
     assert not any("epoch" in q for q in result(within).qualifiers)
