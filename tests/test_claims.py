@@ -198,3 +198,97 @@ def test_no_hand_written_verdict_or_number_in_the_results_texts():
     for text in (prose, page):
         assert not re.search(r"\b(agrees|disagrees|not resolved|not tested)\b", text)
     assert not re.search(r"\d", prose)
+
+
+def _deltas(results, row, deltas, base=5.0, **fields):
+    """Runs of `row` whose per-seed Δ against a flat baseline are `deltas` (seed i gets deltas[i])."""
+    for seed, d in enumerate(deltas):
+        write_run(results, BASE, seed=seed, final=base + 0.01 * seed, test=base + 0.01 * seed, **(BIG | fields))
+        write_run(results, row, seed=seed, final=base + 0.01 * seed + d, test=base + 0.01 * seed + d,
+                  **(BIG | fields))
+
+
+def test_the_verdict_reads_the_planned_seeds_and_added_seeds_neither_upgrade_nor_downgrade(tmp_path):
+    # A: unresolved on seeds 0-2, resolved better once seeds 3-6 are added; B: the reverse
+    _deltas(tmp_path / "up", A, [-0.01, -0.30, -0.05, -0.12, -0.13, -0.11, -0.12])
+    _deltas(tmp_path / "down", A, [-0.20, -0.21, -0.19, 0.30, 0.40, -0.10, 0.20])
+    up, down = (result(tmp_path / d, rows=[A]) for d in ("up", "down"))
+    p_planned = scipy_stats.ttest_rel([-0.01, -0.30, -0.05], [0, 0, 0]).pvalue  # one comparison: Holm = raw
+    assert up.comparisons[0].p_holm == pytest.approx(p_planned) and p_planned > 0.05
+    assert up.added[0].p_holm < 0.05 and up.added[0].mark == "better" and up.added[0].n == 7
+    assert up.verdict == "not resolved"  # seeds 3-6 do not upgrade it
+    assert down.comparisons[0].mark == "better" and down.added[0].mark == "not resolved"
+    assert down.verdict == "agrees"  # nor downgrade it
+    csv = pd.read_csv(pd.io.common.StringIO(report.claims_csv([up])))
+    assert csv["verdict"].tolist() == ["not resolved"] and csv["mark_all_seeds"].tolist() == ["better"]
+    assert csv["n"].tolist() == [3] and csv["n_all_seeds"].tolist() == [7]
+
+
+def test_unmet_conditions_read_not_tested_as_declared(tmp_path):
+    sweep(tmp_path)  # one learning rate per row: own_lr cannot be met
+    own = result(tmp_path, conditions={"own_lr": True})
+    assert own.verdict == "not tested as declared" and own.standing == "exploratory"
+    assert own.unmet == ["not at their own tuned LR: 3 of 3 rows (one lr: 0.003)"]
+    assert result(tmp_path).verdict == "agrees"  # the same runs, no such condition declared
+    for lr in (1e-3, 1e-2):  # a second LR for every row: each row now has its own tuned LR
+        sweep(tmp_path, lr=lr)
+    assert result(tmp_path, conditions={"own_lr": True}).unmet == []
+    for name, seed in (("unplanned", 3), ("planned", 2)):  # B's run at that seed diverged
+        sweep(tmp_path / name, rows={A: ROWS[A], B: ROWS[B][:seed] + [0.0] * (3 - seed)}, seeds=range(seed))
+        sweep(tmp_path / name, rows={A: ROWS[A]}, seeds=range(seed, 3))
+        write_run(tmp_path / name, B, seed=seed, final=None, status="diverged", **BIG)
+    assert result(tmp_path / "unplanned").unmet == []
+    diverged = tmp_path / "planned"
+    assert result(diverged).unmet == ["planned runs missing: swiglu seed 2", "1 diverged planned run"]
+    assert result(diverged).verdict == "not tested as declared"
+
+
+POST, PRE = "layer-post-relu-matched", "layer-pre-relu-matched"
+
+
+def _warmup_runs(results, post, pre, best=100):
+    """Per seed, loss at warm-up 0 minus at `best` is post[seed] / pre[seed]; the other warm-up is worse."""
+    for seed in range(3):
+        for row, sens in ((POST, post), (PRE, pre)):
+            low = 5.0 + 0.01 * seed
+            for warmup in (0, 25, 100):
+                loss = low if warmup == best else low + sens[seed] if warmup == 0 else low + sens[seed] / 2
+                write_run(results, row, seed=seed, warmup=warmup, final=loss, test=loss, **BIG)
+
+
+def test_needs_warmup_more_is_the_difference_of_sensitivities_with_edge_flags(tmp_path):
+    post, pre = [0.40, 0.35, 0.45], [0.03, 0.02, 0.04]
+    _warmup_runs(tmp_path / "edge", post, pre)
+    r = result(tmp_path / "edge", statistic="sensitivity_diff", hypothesis="worse", rows=None, baseline=None,
+               pairs=[[POST, PRE]])
+    c = r.comparisons[0]
+    diff = [a - b for a, b in zip(post, pre)]  # 0.37, 0.33, 0.41: mean 0.37, sd 0.04
+    ci = scipy_stats.ttest_1samp(diff, 0).confidence_interval(0.95)
+    assert c.interval.delta == pytest.approx(0.37) and (c.interval.low, c.interval.high) == pytest.approx(ci)
+    assert c.interval.low == pytest.approx(0.37 - scipy_stats.t.ppf(0.975, 2) * 0.04 / math.sqrt(3))
+    assert r.verdict == "agrees" and "best warm-up at the grid's edge" in r.tags
+    assert "best warm-up the largest tried for post, pre: each sensitivity is a lower bound, so their difference " \
+           "is bounded neither way" in r.qualifiers
+    _warmup_runs(tmp_path / "inside", post, pre, best=25)  # best inside the grid: no flag
+    inside = result(tmp_path / "inside", statistic="sensitivity_diff", hypothesis="worse", rows=None,
+                    baseline=None, pairs=[[POST, PRE]])
+    assert "best warm-up at the grid's edge" not in inside.tags
+
+
+def test_needs_warmup_requires_the_sensitivity_beyond_its_margin_two_sided(tmp_path):
+    _warmup_runs(tmp_path, [0.40, 0.35, 0.45], [0.03, 0.02, 0.04])
+    pre = result(tmp_path, statistic="sensitivity", hypothesis="worse", rows=[PRE], baseline=None).comparisons[0]
+    # sensitivities 0.03, 0.02, 0.04: mean 0.03, se 0.01/√3; resolved above 0 (p 0.035), not beyond 0.02
+    se = 0.01 / math.sqrt(3)
+    assert pre.interval.p == pytest.approx(2 * scipy_stats.t.sf(0.03 / se, 2)) and pre.mark == "worse"
+    assert pre.beyond_holm == pytest.approx(2 * scipy_stats.t.sf((0.03 - 0.02) / se, 2))  # 0.225: doubled
+    assert pre.outcome == "open"  # a resolved but small sensitivity does not say "needs warm-up"
+    post = result(tmp_path, statistic="sensitivity", hypothesis="worse", rows=[POST], baseline=None)
+    assert post.comparisons[0].outcome == "supports" and post.verdict == "agrees"
+
+
+def test_beyond_margin_is_below_alpha_exactly_when_the_95_interval_clears_the_margin():
+    for deltas in ([0.05, 0.06, 0.07], [0.03, 0.02, 0.04], [-0.05, -0.09, -0.07], [0.021, 0.025, 0.03]):
+        iv = stats.compare(pd.Series(deltas), pd.Series([0.0] * 3))
+        clears = iv.low > 0.02 or iv.high < -0.02
+        assert (stats.beyond_margin(iv, 0.02) < 0.05) == clears, deltas

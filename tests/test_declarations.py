@@ -24,7 +24,8 @@ CLAIM = ("claims:\n  - {{id: glu, claim: {words}, paper: Shazeer 2020, experimen
 
 def declare(results, words="SwiGLU beats ReLU", hypothesis="better") -> None:
     results.mkdir(parents=True, exist_ok=True)
-    (results / "claims.yaml").write_text(CLAIM.format(words=words, hypothesis=hypothesis, relu=RELU, swiglu=SWIGLU), encoding="utf-8")
+    text = CLAIM.format(words=words, hypothesis=hypothesis, relu=RELU, swiglu=SWIGLU)
+    (results / "claims.yaml").write_text(text, encoding="utf-8")
 
 
 def launch(tmp, cache) -> list[dict]:
@@ -154,3 +155,10 @@ def test_tools_refuse_a_bad_claims_file_with_exit_2(tmp_path, tool):
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith(f"error: claims file {results / 'claims.yaml'}: margin must be")
     assert "Traceback" not in done.stderr and sorted(p.name for p in results.iterdir()) == ["claims.yaml"]
+
+
+def test_tokens_per_s_median_is_a_true_median(tmp_path, cache):
+    cfg = to_object(compose_config(clean(overrides(tmp_path, cache))))
+    run = RunState(cfg, tmp_path, config_hash(cfg), Dist())
+    run.records = [{"step": i, "train_loss": 5.0, "tokens_per_s": r} for i, r in enumerate([1.0, 10.0, 3.0, 2.0])]
+    assert run.write_summary("running")["tokens_per_s_median"] == 2.5  # not the upper median, 3.0
