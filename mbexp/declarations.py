@@ -109,8 +109,18 @@ def read_file(path: Path):
 def load_claims(path) -> list[Claim]:
     """The claims of a YAML file; ClaimsError (one line naming the file and the claim) on anything not allowed."""
     path = Path(path)
-    data = read_file(path)
-    where = f"claims file {path}"
+    return parse_claims(read_file(path), f"claims file {path}")
+
+
+def load_claims_text(text: str, where: str = "claims text") -> list[Claim]:
+    """The claims of a YAML text (docs/table.md's worked example)."""
+    import yaml
+
+    return parse_claims(yaml.safe_load(text), where)
+
+
+def parse_claims(data, where: str) -> list[Claim]:
+    """A claims file's parsed YAML as claims, every one validated, their conditions checked for consistency."""
     if not isinstance(data, dict) or not isinstance(data.get("claims"), list) or not data["claims"]:
         raise ClaimsError(f"{where}: expected a mapping with a non-empty list `claims`")
     unknown = sorted(set(data) - set(TOP_KEYS))

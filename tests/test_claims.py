@@ -266,13 +266,13 @@ def test_needs_warmup_more_is_the_difference_of_sensitivities_with_edge_flags(tm
     ci = scipy_stats.ttest_1samp(diff, 0).confidence_interval(0.95)
     assert c.interval.delta == pytest.approx(0.37) and (c.interval.low, c.interval.high) == pytest.approx(ci)
     assert c.interval.low == pytest.approx(0.37 - scipy_stats.t.ppf(0.975, 2) * 0.04 / math.sqrt(3))
-    assert r.verdict == "agrees" and "best warm-up at the grid's edge" in r.tags
+    assert r.verdict == "agrees" and "best warm-up at grid edge" in r.tags
     assert "best warm-up the largest tried for post, pre: each sensitivity is a lower bound, so their difference " \
            "is bounded neither way" in r.qualifiers
     _warmup_runs(tmp_path / "inside", post, pre, best=25)  # best inside the grid: no flag
     inside = result(tmp_path / "inside", statistic="sensitivity_diff", hypothesis="worse", rows=None,
                     baseline=None, pairs=[[POST, PRE]])
-    assert "best warm-up at the grid's edge" not in inside.tags
+    assert "best warm-up at grid edge" not in inside.tags
 
 
 def test_needs_warmup_requires_the_sensitivity_beyond_its_margin_two_sided(tmp_path):
@@ -292,3 +292,27 @@ def test_beyond_margin_is_below_alpha_exactly_when_the_95_interval_clears_the_ma
         iv = stats.compare(pd.Series(deltas), pd.Series([0.0] * 3))
         clears = iv.low > 0.02 or iv.high < -0.02
         assert (stats.beyond_margin(iv, 0.02) < 0.05) == clears, deltas
+
+
+def test_the_worked_example_in_docs_is_its_fixture_computed_and_checked_by_hand():
+    from mbexp.analysis import example
+
+    found = {r.claim.id: r for r in example.results()}
+    planned, every = found["geglu-planned"].comparisons[0], found["geglu-planned"].added[0]
+    test = scipy_stats.ttest_1samp(example.GEGLU[:3], 0)
+    assert planned.interval.delta == pytest.approx(-0.11) and planned.p_holm == pytest.approx(test.pvalue)
+    assert (planned.interval.low, planned.interval.high) == pytest.approx(tuple(test.confidence_interval(0.95)))
+    assert every.p_holm == pytest.approx(scipy_stats.ttest_1samp(example.GEGLU, 0).pvalue) and every.p_holm < 0.05
+    assert [(i, found[i].verdict, found[i].standing) for i in found] == [
+        ("geglu-planned", "not resolved", "confirmatory"), ("geglu-edited", "not resolved", "exploratory"),
+        ("post-needs-warmup-more", "agrees", "confirmatory"), ("pre-needs-warmup", "not resolved", "confirmatory"),
+        ("swiglu-one-lr", "not tested as declared", "exploratory")]
+    diff = found["post-needs-warmup-more"].comparisons[0].interval
+    sens = [a - b for a, b in zip(*example.SENSITIVITY.values())]
+    assert diff.delta == pytest.approx(0.37) and diff.low == pytest.approx(
+        scipy_stats.ttest_1samp(sens, 0).confidence_interval(0.95).low)
+    assert found["pre-needs-warmup"].comparisons[0].beyond_holm == pytest.approx(
+        2 * scipy_stats.t.sf((0.03 - 0.02) / (0.01 / math.sqrt(3)), 2))
+    doc = (ROOT / "docs" / "table.md").read_text(encoding="utf-8")
+    assert report.splice(doc, example.EXAMPLE_BEGIN, example.EXAMPLE_END, example.markdown()) == doc
+    assert "| geglu | 7 | -0.1114 [-0.1774, -0.0455] | 0.006 | better |" in doc  # the added seeds, apart

@@ -246,7 +246,7 @@ def qualifiers(claim: Claim, table: Table, cells: dict, present: dict, compariso
     planned = set(claim.seeds)
     extra = sorted(set().union(*present.values()) - planned)
     if extra:
-        add("seeds added after the plan", f"seeds {seed_range(extra)} added after the plan (planned "
+        add("seeds added", f"seeds {seed_range(extra)} added after the plan (planned "
             f"{seed_range(planned)}): shown apart, the verdict reads the planned seeds")
     missing = {label: sorted(planned - set(seeds)) for label, seeds in present.items() if planned - set(seeds)}
     if missing:
@@ -279,7 +279,7 @@ def qualifiers(claim: Claim, table: Table, cells: dict, present: dict, compariso
         if edge:
             bound = "each sensitivity is a lower bound, so their difference is bounded neither way" \
                 if claim.statistic == "sensitivity_diff" and len(edge) > 1 else "its sensitivity is a lower bound"
-            add("best warm-up at the grid's edge", f"best warm-up the largest tried for "
+            add("best warm-up at grid edge", f"best warm-up the largest tried for "
                 f"{', '.join(short(label, cells) for label in edge)}: {bound}")
     slow = {label: slow_start_seeds(r) for label, r in cells.items() if claim.statistic == "delta"}
     if any(slow.values()):
