@@ -2,6 +2,7 @@
 (config.yaml, metrics.jsonl, checkpoint, summary.json)."""
 
 import logging
+import statistics
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -12,6 +13,7 @@ from omegaconf import OmegaConf
 from mbexp import checkpoint, distributed
 from mbexp.config import Config
 from mbexp.data import Batches, TokenData
+from mbexp.declarations import covering
 from mbexp.io import FINISHED, json_line, named, read_summary, write_error, write_json, write_text
 from mbexp.model import DecoderLM, flops_per_token
 from mbexp.runs import config_hash, git_commit, identity_flat, job_command, row_name, variant_name, versions
@@ -57,6 +59,7 @@ class RunState:
         self.t0 = time.perf_counter()
         self.early: dict = {}
         self.meta: dict = {}
+        self.declarations = covering(cfg.results_dir, cfg.name)  # claim digests at launch; a resume keeps its own
         self.loss_sum, self.n_losses = torch.zeros(()), 0  # train loss accumulated since the last log line
         # tokens/s counts timed steps only: each process's first step (the compile, when compiled) is warm-up
         self.timed_steps, self.warmup_steps, self.warmup_s = 0, 0, 0.0
@@ -65,6 +68,7 @@ class RunState:
         self.step, self.records = state["step"], state["metrics"]
         self.train_time, self.wall_before = state["train_time"], state["wall_time"]
         self.wandb_id, self.early = state["wandb_id"], state["early"]
+        self.declarations = state.get("declarations", {})  # a checkpoint from before declarations: none at launch
         self.loss_sum, self.n_losses = torch.tensor(state["loss_sum"]), state["n_losses"]
         self.timed_steps = state.get("timed_steps", self.step)  # checkpoints before v0.2 timed every step
         self.warmup_steps, self.warmup_s = state.get("warmup_steps", 0), state.get("warmup_s", 0.0)
@@ -109,7 +113,7 @@ class RunState:
             "config_hash": self.chash, "step": self.step, "model": model.state_dict(),
             "optimizer": optimizer.state_dict(), "data": batches.state(), "rng": torch.get_rng_state(),
             "metrics": self.records, "train_time": self.train_time, "wall_time": self.wall_time(),
-            "wandb_id": self.wandb_id, "early": self.early,
+            "wandb_id": self.wandb_id, "early": self.early, "declarations": self.declarations,
             "loss_sum": self.loss_sum.item(), "n_losses": self.n_losses,
             "timed_steps": self.timed_steps, "warmup_steps": self.warmup_steps, "warmup_s": self.warmup_s,
         })
@@ -154,8 +158,9 @@ class RunState:
             # compile warm-up excluded: the timed steps only
             "tokens_per_s": round(self.timed_steps * tokens_per_step / self.train_time, 1) if self.train_time else None,
             # the median over log intervals: less sensitive to a moment of load on a shared machine
-            "tokens_per_s_median": round(rates[len(rates) // 2], 1) if rates else None,
+            "tokens_per_s_median": round(statistics.median(rates), 1) if rates else None,
             "git_commit": git_commit(), "versions": versions(), "wandb_id": self.wandb_id, "command": job_command(),
+            "declarations": self.declarations,
             **extra,
         }
         if self.ddp.is_main:

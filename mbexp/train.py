@@ -21,6 +21,8 @@ from omegaconf.errors import OmegaConfBaseException
 from mbexp import distributed
 from mbexp.config import CONF_DIR, Config, ConfigError, compose_config, register, to_object
 from mbexp.corpus import CorpusError, fingerprint
+from mbexp.declarations import ClaimsError
+from mbexp.declarations import check as check_claims
 from mbexp.io import disk_full, read_summary, write_error
 from mbexp.run_state import failure_text
 from mbexp.runs import run_dir
@@ -202,7 +204,9 @@ def main() -> None:
         configs = check_config(sys.argv[1:])
         for path in dict.fromkeys(c.data.path for c in configs if c.data.name == "text"):
             fingerprint("text", path=path)  # a file that is not text stops before Hydra's folders
-    except (ConfigError, CorpusError) as exc:
+        for results_dir in dict.fromkeys(c.results_dir for c in configs):
+            check_claims(results_dir)  # a broken claims file stops here: its runs could record no declaration
+    except (ConfigError, CorpusError, ClaimsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
     register()

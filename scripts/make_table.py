@@ -22,7 +22,8 @@ def baseline_arg(text: str) -> tuple[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Exit 0: tables written (or no runs at all); 1: a malformed input, nothing finished but some runs left
-    unfinished, or a folder that takes no writes; 2: bad arguments (argparse's code), a missing --results."""
+    unfinished, or a folder that takes no writes; 2: bad arguments (argparse's code), a missing --results, a bad
+    claims file."""
     try:
         return _main(argv)
     except OSError as err:  # results/ or wandb/ read-only or full: one line, not a traceback
@@ -67,6 +68,9 @@ def _main(argv: list[str] | None) -> int:
         runs = collect_runs(args.results, strict=args.strict)
         tables = table.tables_for(runs, dict(args.baseline), tune=args.tune, margin=args.margin)
         verdicts = claims.evaluate_file(args.results / "claims.yaml", tables)  # none without a claims file
+    except claims.ClaimsError as err:  # a bad claims file: one line naming it and the claim, nothing written
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
@@ -92,7 +96,9 @@ def _main(argv: list[str] | None) -> int:
     if args.wandb:
         from mbexp.analysis.wandb_run import log_tables
 
-        print(f"W&B run of job type `table`: {log_tables(tables, written, wandb_dir=args.wandb_dir)}")
+        run_dir = log_tables(tables, written, wandb_dir=args.wandb_dir,
+                             claims=report.claims_display(verdicts) if verdicts else None)
+        print(f"W&B run of job type `table`: {run_dir}")
     return 0
 
 

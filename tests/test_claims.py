@@ -29,7 +29,7 @@ def sweep(results, seeds=range(3), rows=ROWS, **fields):
 def claim(**entry) -> claims.Claim:
     base = {"id": "c", "claim": "gated beats relu", "paper": "Shazeer 2020", "experiment": "quick",
             "hypothesis": "better", "baseline": BASE, "rows": [A, B], "seeds": [0, 1, 2]}
-    return claims.parse_claim(base | entry, 0.02, "test")
+    return claims.parse_claim({k: v for k, v in (base | entry).items() if v is not None}, 0.02, "test")
 
 
 def result(results, **entry) -> claims.Result:
@@ -59,24 +59,27 @@ def test_family_holm_matches_statsmodels(tmp_path):
 def test_a_planted_extra_seed_is_reported_as_added_after_the_plan(tmp_path):
     sweep(tmp_path, seeds=range(4))
     r = result(tmp_path)
-    assert "seeds 3 added after the plan (planned 0–2)" in r.qualifiers
-    assert r.present[A] == [0, 1, 2, 3] and all(c.n == 4 for c in r.comparisons)
-    planned = claims.family(claim(), table.build_tables(tmp_path)["quick"], None, seeds={0, 1, 2})
-    assert [c.n for c in planned] == [3, 3]
+    assert "seeds 3 added after the plan (planned 0–2): shown apart, the verdict reads the planned seeds" in \
+        r.qualifiers
+    assert r.present[A] == [0, 1, 2, 3] and [c.n for c in r.comparisons] == [3, 3]  # the verdict's: planned seeds
+    assert [c.n for c in r.added] == [4, 4]  # every seed, shown apart
     csv = pd.read_csv(pd.io.common.StringIO(report.claims_csv([r])))
     assert csv["seeds_planned"].tolist() == ["0 1 2"] * 2 and csv["seeds_present"].tolist() == ["0 1 2 3"] * 2
-    assert csv["seed_deltas"][0] == "0:-0.2000 1:-0.1800 2:-0.1600 3:-0.2200"
+    assert csv["seed_deltas"][0] == "0:-0.2000 1:-0.1800 2:-0.1600" and csv["n_all_seeds"].tolist() == [4, 4]
 
 
 def test_missing_planned_runs_are_named(tmp_path):
     sweep(tmp_path, seeds=range(2))
-    assert "runs missing: geglu seed 2; relu seed 2; swiglu seed 2" in result(tmp_path).qualifiers
+    r = result(tmp_path)
+    assert r.unmet == ["planned runs missing: geglu seed 2; relu seed 2; swiglu seed 2"]
+    assert r.verdict == "not tested as declared" and r.standing == "exploratory"
 
 
 def test_a_claim_past_one_epoch_says_so(tmp_path):
     sweep(tmp_path, train_tokens=250_000, epochs=2.4576)
     past = result(tmp_path)
-    assert "past 1 epoch (2.46 epochs)" in past.qualifiers and "> 1 epoch" in past.tags
+    assert "past 1 epoch (2.46 epochs)" in past.unmet and "> 1 epoch" in past.tags
+    assert past.verdict == "not tested as declared"
     within = tmp_path / "within"
     sweep(within)
     assert not any("epoch" in q for q in result(within).qualifiers)
@@ -195,3 +198,121 @@ def test_no_hand_written_verdict_or_number_in_the_results_texts():
     for text in (prose, page):
         assert not re.search(r"\b(agrees|disagrees|not resolved|not tested)\b", text)
     assert not re.search(r"\d", prose)
+
+
+def _deltas(results, row, deltas, base=5.0, **fields):
+    """Runs of `row` whose per-seed Δ against a flat baseline are `deltas` (seed i gets deltas[i])."""
+    for seed, d in enumerate(deltas):
+        write_run(results, BASE, seed=seed, final=base + 0.01 * seed, test=base + 0.01 * seed, **(BIG | fields))
+        write_run(results, row, seed=seed, final=base + 0.01 * seed + d, test=base + 0.01 * seed + d,
+                  **(BIG | fields))
+
+
+def test_the_verdict_reads_the_planned_seeds_and_added_seeds_neither_upgrade_nor_downgrade(tmp_path):
+    # A: unresolved on seeds 0-2, resolved better once seeds 3-6 are added; B: the reverse
+    _deltas(tmp_path / "up", A, [-0.01, -0.30, -0.05, -0.12, -0.13, -0.11, -0.12])
+    _deltas(tmp_path / "down", A, [-0.20, -0.21, -0.19, 0.30, 0.40, -0.10, 0.20])
+    up, down = (result(tmp_path / d, rows=[A]) for d in ("up", "down"))
+    p_planned = scipy_stats.ttest_rel([-0.01, -0.30, -0.05], [0, 0, 0]).pvalue  # one comparison: Holm = raw
+    assert up.comparisons[0].p_holm == pytest.approx(p_planned) and p_planned > 0.05
+    assert up.added[0].p_holm < 0.05 and up.added[0].mark == "better" and up.added[0].n == 7
+    assert up.verdict == "not resolved"  # seeds 3-6 do not upgrade it
+    assert down.comparisons[0].mark == "better" and down.added[0].mark == "not resolved"
+    assert down.verdict == "agrees"  # nor downgrade it
+    csv = pd.read_csv(pd.io.common.StringIO(report.claims_csv([up])))
+    assert csv["verdict"].tolist() == ["not resolved"] and csv["mark_all_seeds"].tolist() == ["better"]
+    assert csv["n"].tolist() == [3] and csv["n_all_seeds"].tolist() == [7]
+
+
+def test_unmet_conditions_read_not_tested_as_declared(tmp_path):
+    sweep(tmp_path)  # one learning rate per row: own_lr cannot be met
+    own = result(tmp_path, conditions={"own_lr": True})
+    assert own.verdict == "not tested as declared" and own.standing == "exploratory"
+    assert own.unmet == ["not at their own tuned LR: 3 of 3 rows (one lr: 0.003)"]
+    assert result(tmp_path).verdict == "agrees"  # the same runs, no such condition declared
+    for lr in (1e-3, 1e-2):  # a second LR for every row: each row now has its own tuned LR
+        sweep(tmp_path, lr=lr)
+    assert result(tmp_path, conditions={"own_lr": True}).unmet == []
+    for name, seed in (("unplanned", 3), ("planned", 2)):  # B's run at that seed diverged
+        sweep(tmp_path / name, rows={A: ROWS[A], B: ROWS[B][:seed] + [0.0] * (3 - seed)}, seeds=range(seed))
+        sweep(tmp_path / name, rows={A: ROWS[A]}, seeds=range(seed, 3))
+        write_run(tmp_path / name, B, seed=seed, final=None, status="diverged", **BIG)
+    assert result(tmp_path / "unplanned").unmet == []
+    diverged = tmp_path / "planned"
+    assert result(diverged).unmet == ["planned runs missing: swiglu seed 2", "1 diverged planned run"]
+    assert result(diverged).verdict == "not tested as declared"
+
+
+POST, PRE = "layer-post-relu-matched", "layer-pre-relu-matched"
+
+
+def _warmup_runs(results, post, pre, best=100):
+    """Per seed, loss at warm-up 0 minus at `best` is post[seed] / pre[seed]; the other warm-up is worse."""
+    for seed in range(3):
+        for row, sens in ((POST, post), (PRE, pre)):
+            low = 5.0 + 0.01 * seed
+            for warmup in (0, 25, 100):
+                loss = low if warmup == best else low + sens[seed] if warmup == 0 else low + sens[seed] / 2
+                write_run(results, row, seed=seed, warmup=warmup, final=loss, test=loss, **BIG)
+
+
+def test_needs_warmup_more_is_the_difference_of_sensitivities_with_edge_flags(tmp_path):
+    post, pre = [0.40, 0.35, 0.45], [0.03, 0.02, 0.04]
+    _warmup_runs(tmp_path / "edge", post, pre)
+    r = result(tmp_path / "edge", statistic="sensitivity_diff", hypothesis="worse", rows=None, baseline=None,
+               pairs=[[POST, PRE]])
+    c = r.comparisons[0]
+    diff = [a - b for a, b in zip(post, pre)]  # 0.37, 0.33, 0.41: mean 0.37, sd 0.04
+    ci = scipy_stats.ttest_1samp(diff, 0).confidence_interval(0.95)
+    assert c.interval.delta == pytest.approx(0.37) and (c.interval.low, c.interval.high) == pytest.approx(ci)
+    assert c.interval.low == pytest.approx(0.37 - scipy_stats.t.ppf(0.975, 2) * 0.04 / math.sqrt(3))
+    assert r.verdict == "agrees" and "best warm-up at grid edge" in r.tags
+    assert "best warm-up the largest tried for post, pre: each sensitivity is a lower bound, so their difference " \
+           "is bounded neither way" in r.qualifiers
+    _warmup_runs(tmp_path / "inside", post, pre, best=25)  # best inside the grid: no flag
+    inside = result(tmp_path / "inside", statistic="sensitivity_diff", hypothesis="worse", rows=None,
+                    baseline=None, pairs=[[POST, PRE]])
+    assert "best warm-up at grid edge" not in inside.tags
+
+
+def test_needs_warmup_requires_the_sensitivity_beyond_its_margin_two_sided(tmp_path):
+    _warmup_runs(tmp_path, [0.40, 0.35, 0.45], [0.03, 0.02, 0.04])
+    pre = result(tmp_path, statistic="sensitivity", hypothesis="worse", rows=[PRE], baseline=None).comparisons[0]
+    # sensitivities 0.03, 0.02, 0.04: mean 0.03, se 0.01/√3; resolved above 0 (p 0.035), not beyond 0.02
+    se = 0.01 / math.sqrt(3)
+    assert pre.interval.p == pytest.approx(2 * scipy_stats.t.sf(0.03 / se, 2)) and pre.mark == "worse"
+    assert pre.beyond_holm == pytest.approx(2 * scipy_stats.t.sf((0.03 - 0.02) / se, 2))  # 0.225: doubled
+    assert pre.outcome == "open"  # a resolved but small sensitivity does not say "needs warm-up"
+    post = result(tmp_path, statistic="sensitivity", hypothesis="worse", rows=[POST], baseline=None)
+    assert post.comparisons[0].outcome == "supports" and post.verdict == "agrees"
+
+
+def test_beyond_margin_is_below_alpha_exactly_when_the_95_interval_clears_the_margin():
+    for deltas in ([0.05, 0.06, 0.07], [0.03, 0.02, 0.04], [-0.05, -0.09, -0.07], [0.021, 0.025, 0.03]):
+        iv = stats.compare(pd.Series(deltas), pd.Series([0.0] * 3))
+        clears = iv.low > 0.02 or iv.high < -0.02
+        assert (stats.beyond_margin(iv, 0.02) < 0.05) == clears, deltas
+
+
+def test_the_worked_example_in_docs_is_its_fixture_computed_and_checked_by_hand():
+    from mbexp.analysis import example
+
+    found = {r.claim.id: r for r in example.results()}
+    planned, every = found["geglu-planned"].comparisons[0], found["geglu-planned"].added[0]
+    test = scipy_stats.ttest_1samp(example.GEGLU[:3], 0)
+    assert planned.interval.delta == pytest.approx(-0.11) and planned.p_holm == pytest.approx(test.pvalue)
+    assert (planned.interval.low, planned.interval.high) == pytest.approx(tuple(test.confidence_interval(0.95)))
+    assert every.p_holm == pytest.approx(scipy_stats.ttest_1samp(example.GEGLU, 0).pvalue) and every.p_holm < 0.05
+    assert [(i, found[i].verdict, found[i].standing) for i in found] == [
+        ("geglu-planned", "not resolved", "confirmatory"), ("geglu-edited", "not resolved", "exploratory"),
+        ("post-needs-warmup-more", "agrees", "confirmatory"), ("pre-needs-warmup", "not resolved", "confirmatory"),
+        ("swiglu-one-lr", "not tested as declared", "exploratory")]
+    diff = found["post-needs-warmup-more"].comparisons[0].interval
+    sens = [a - b for a, b in zip(*example.SENSITIVITY.values())]
+    assert diff.delta == pytest.approx(0.37) and diff.low == pytest.approx(
+        scipy_stats.ttest_1samp(sens, 0).confidence_interval(0.95).low)
+    assert found["pre-needs-warmup"].comparisons[0].beyond_holm == pytest.approx(
+        2 * scipy_stats.t.sf((0.03 - 0.02) / (0.01 / math.sqrt(3)), 2))
+    doc = (ROOT / "docs" / "table.md").read_text(encoding="utf-8")
+    assert report.splice(doc, example.EXAMPLE_BEGIN, example.EXAMPLE_END, report.example_block()) == doc
+    assert "| geglu | 7 | -0.1114 [-0.1774, -0.0455] | 0.006 | better |" in doc  # the added seeds, apart

@@ -321,8 +321,9 @@ def test_default_baseline(tmp_path, rows, expected):
 
 
 def test_baseline_override(tmp_path):
-    write_run(tmp_path, BASE, test=5.0)
-    write_run(tmp_path, "layer-pre-swiglu-matched", test=4.8)
+    for seed in range(2):  # two seeds: one seed has no interval, so no Δ
+        write_run(tmp_path, BASE, seed=seed, test=5.0 + 0.01 * seed)
+        write_run(tmp_path, "layer-pre-swiglu-matched", seed=seed, test=4.8 + 0.01 * seed)
     t = built(tmp_path, baselines={"quick": "layer-pre-swiglu-matched"})
     rows = t.rows.set_index("label")
     assert t.baseline == "layer-pre-swiglu-matched" and not rows.loc[BASE, "baseline"]

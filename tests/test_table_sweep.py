@@ -41,8 +41,13 @@ def sweep(tmp_path_factory, cache):
 
 @pytest.fixture(scope="module")
 def made(sweep, tmp_path_factory):
-    """`make table` on the sweeps, its W&B run written under a folder of its own."""
+    """`make table` on the sweeps (with a claim declared after their runs), its W&B run written under a folder of
+    its own."""
     wandb_dir = tmp_path_factory.mktemp("wandb")
+    (sweep / "claims.yaml").write_text(
+        "claims:\n  - {id: glu, claim: SwiGLU beats ReLU, paper: Shazeer 2020, experiment: tiny_sweep, hypothesis: "
+        "better,\n     baseline: layer-pre-relu-matched, rows: [layer-pre-swiglu-matched], seeds: [0, 1],\n"
+        "     conditions: {own_lr: true}}\n", encoding="utf-8")
     proc = make("table", f"RESULTS={sweep}", "MARGIN=0.05", env={**os.environ, "WANDB_DIR": str(wandb_dir),
                                                                  "WANDB_MODE": "offline"})
     assert proc.returncode == 0, proc.stderr
@@ -96,6 +101,9 @@ def test_the_table_run_in_the_offline_wandb_files(made):
     saved = json.loads((run_dir / "files" / logged["tiny_sweep/table/path"]).read_text())
     assert saved["columns"] == COLUMNS
     assert [row[0] for row in saved["data"]] == ["layer-pre-relu-matched", "layer-pre-swiglu-matched"]
+    claims = json.loads((run_dir / "files" / logged["claims/table/path"]).read_text())  # beside the tables
+    [line] = [dict(zip(claims["columns"], row)) for row in claims["data"]]
+    assert line["claim"] == "SwiGLU beats ReLU (`glu`)" and line["verdict"].endswith("** (exploratory)")
 
 
 def test_make_table_without_results_prints_one_line(tmp_path):

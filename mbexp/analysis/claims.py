@@ -1,42 +1,36 @@
-"""Claims as data (results/claims.yaml) and their computed verdicts: one Holm family per claim (docs/table.md)."""
+"""Claims (declared in results/claims.yaml, mbexp.declarations) and their computed verdicts: one Holm family per
+claim, read on the planned seeds within the declared conditions, confirmatory or exploratory (docs/table.md)."""
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pandas as pd
 
 from mbexp.analysis import stats
 from mbexp.analysis.table import SENSITIVITY_AXES, Table, cell_runs, losses_at, setting, slow_start_seeds
+from mbexp.declarations import (
+    AGREES,
+    BETTER,
+    CONFIRMATORY,
+    CONTRADICTS,
+    DISAGREES,
+    EQUIVALENT,
+    EXPLORATORY,
+    NOT_AS_DECLARED,
+    NOT_RESOLVED,
+    NOT_TESTED,
+    OPEN,
+    SUPPORTS,
+    UNRESOLVED,
+    UNTESTED,
+    WORSE,
+    Claim,
+    ClaimsError,
+    load_claims,
+    parse_claim,
+)
 
-HYPOTHESES = ("better", "worse", "equivalent", "ordering")
-STATISTICS = ("delta", "sensitivity", "trend")
-VERDICTS = ("agrees", "disagrees", "not resolved", "not tested")
-OUTCOME = {"better": {"better": "supports", "worse": "contradicts"},
-           "worse": {"worse": "supports", "better": "contradicts"}}
-KEYS = {"id", "claim", "paper", "paper_numbers", "experiment", "at", "baseline", "rows", "pairs", "hypothesis",
-        "statistic", "margin", "seeds", "conditions", "note"}
-CONDITIONS = {"own_lr", "max_epochs"}
-
-
-@dataclass(frozen=True)
-class Claim:
-    """One pre-declared claim: what a paper says, where we test it, and how (see results/claims.yaml)."""
-
-    id: str
-    claim: str
-    paper: str
-    paper_numbers: str
-    experiment: str
-    hypothesis: str
-    pairs: tuple  # (row, baseline) per comparison: the claim's Holm family; baseline None for a sensitivity
-    seeds: tuple  # the seeds planned before the runs
-    at: tuple = ()  # ((column key, value),) or () when the experiment has no column axis
-    statistic: str = "delta"
-    margin: float = 0.02
-    own_lr: bool = False  # the claim needs every row at its own tuned learning rate
-    max_epochs: float | None = 1.0  # the claim needs runs within this many epochs of the training split
-    note: str = ""
+__all__ = ["Claim", "ClaimsError", "load_claims", "parse_claim", "evaluate", "evaluate_file", "family"]
 
 
 @dataclass
@@ -51,9 +45,9 @@ class Comparison:
     n: int
     p_holm: float = math.nan
     tost_holm: float = math.nan
-    beyond_holm: float = math.nan
-    mark: str = "not resolved"
-    outcome: str = "untested"  # supports / contradicts / open / untested
+    beyond_holm: float = math.nan  # two-sided test of H0 |Δ| ≤ margin (stats.beyond_margin)
+    mark: str = UNRESOLVED
+    outcome: str = UNTESTED
     seeds_needed: float = math.nan
     slow: dict = field(default_factory=dict)  # label -> slow-start seeds
 
@@ -61,79 +55,16 @@ class Comparison:
 @dataclass
 class Result:
     claim: Claim
-    comparisons: list
+    comparisons: list  # on the planned seeds: they decide the verdict
     verdict: str
-    planned_verdict: str
+    standing: str  # confirmatory: every run read was launched under the claim's current digest
     present: dict  # label -> seeds present
     qualifiers: list
     tags: list = field(default_factory=list)  # the qualifiers in a word or two each, for the README's headline
-
-
-class ClaimsError(ValueError):
-    pass
-
-
-def load_claims(path) -> list[Claim]:
-    """The claims of a YAML file; ClaimsError names the file and the claim on a bad entry."""
-    import yaml
-
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as err:
-        raise ClaimsError(f"claims file {path}: {err}") from None
-    entries = data.get("claims") if isinstance(data, dict) else None
-    if not isinstance(entries, list) or not entries:
-        raise ClaimsError(f"claims file {path}: expected a mapping with a non-empty list `claims`")
-    claims = [parse_claim(entry, data.get("margin", 0.02), f"{path} claim {i}") for i, entry in enumerate(entries)]
-    ids = [c.id for c in claims]
-    repeated = sorted({i for i in ids if ids.count(i) > 1})
-    if repeated:
-        raise ClaimsError(f"claims file {path}: repeated ids {', '.join(repeated)}")
-    return claims
-
-
-def parse_claim(entry, default_margin: float, where: str) -> Claim:
-    """One claims-file entry as a Claim."""
-    if not isinstance(entry, dict):
-        raise ClaimsError(f"{where}: expected a mapping")
-    where = f"{where} ({entry.get('id', '?')})"
-    unknown = sorted(set(entry) - KEYS)
-    missing = [k for k in ("id", "claim", "paper", "experiment", "hypothesis", "seeds") if k not in entry]
-    if unknown or missing:
-        raise ClaimsError(f"{where}: unknown keys {unknown} / missing keys {missing}")
-    hypothesis, statistic = entry["hypothesis"], entry.get("statistic", "delta")
-    if hypothesis not in HYPOTHESES or statistic not in STATISTICS:
-        raise ClaimsError(f"{where}: hypothesis must be one of {', '.join(HYPOTHESES)} and statistic one of "
-                          f"{', '.join(STATISTICS)}")
-    rows = [str(r) for r in entry.get("rows", [])]
-    if "pairs" in entry:
-        pairs = tuple((str(a), str(b)) for a, b in entry["pairs"])
-    elif hypothesis == "ordering":
-        if len(rows) < 2:
-            raise ClaimsError(f"{where}: an ordering needs at least 2 rows, best first")
-        pairs = tuple(zip(rows[:-1], rows[1:]))
-    elif statistic == "sensitivity":
-        pairs = tuple((r, None) for r in rows)
-    else:
-        if "baseline" not in entry:
-            raise ClaimsError(f"{where}: rows need a baseline (or give pairs)")
-        pairs = tuple((r, str(entry["baseline"])) for r in rows)
-    if not pairs:
-        raise ClaimsError(f"{where}: no comparisons (rows or pairs)")
-    conditions = entry.get("conditions") or {}
-    if set(conditions) - CONDITIONS:
-        raise ClaimsError(f"{where}: unknown conditions {sorted(set(conditions) - CONDITIONS)}")
-    at = entry.get("at") or {}
-    seeds = entry["seeds"]
-    if not isinstance(seeds, list) or not all(isinstance(s, int) for s in seeds) or not isinstance(at, dict):
-        raise ClaimsError(f"{where}: seeds must be a list of integers and `at` a mapping")
-    return Claim(
-        id=str(entry["id"]), claim=str(entry["claim"]), paper=str(entry["paper"]),
-        paper_numbers=str(entry.get("paper_numbers", "")), experiment=str(entry["experiment"]),
-        hypothesis=hypothesis, pairs=pairs, seeds=tuple(sorted(seeds)), at=tuple(at.items()), statistic=statistic,
-        margin=float(entry.get("margin", default_margin)), own_lr=bool(conditions.get("own_lr", False)),
-        max_epochs=conditions.get("max_epochs", 1.0), note=str(entry.get("note", "")))
+    unmet: list = field(default_factory=list)  # the declared conditions the runs do not meet, in words
+    added: list = field(default_factory=list)  # the same comparisons on every seed present, when beyond the plan
+    runs_read: int = 0
+    runs_declared: int = 0  # of runs_read, those that recorded the claim's current digest at launch
 
 
 def evaluate(claims: list[Claim], tables: dict[str, Table]) -> list[Result]:
@@ -142,68 +73,42 @@ def evaluate(claims: list[Claim], tables: dict[str, Table]) -> list[Result]:
 
 def evaluate_file(path, tables: dict[str, Table]) -> list[Result]:
     """The verdicts of a claims file; none when the file does not exist (a results folder without claims)."""
+    from pathlib import Path
+
     return evaluate(load_claims(path), tables) if Path(path).exists() else []
 
 
 def evaluate_claim(claim: Claim, table: Table | None) -> Result:
-    """The claim's family tested on all present seeds, and again on the planned seeds alone, with its qualifiers."""
-    if claim.statistic == "trend":
+    """The claim's family tested on the planned seeds (and, apart, on every seed present), its conditions checked,
+    its standing read from the runs' recorded declarations."""
+    if claim.statistic == "trend":  # a ladder's fit-free trend: its own module
+        from mbexp.analysis.ladder_claims import ladder_trend
+
         return ladder_trend(claim, table)
     labels = sorted({label for pair in claim.pairs for label in pair if label})
     if table is None:
-        return Result(claim, [], "not tested", "not tested", {}, [f"no finished runs of {claim.experiment}"])
+        return Result(claim, [], NOT_TESTED, EXPLORATORY, {}, [f"no finished runs of {claim.experiment}"])
     unknown = [label for label in labels if label not in set(table.rows["label"])]
     value = _at_value(claim, table)
     if unknown or value is _MISSING:
         why = f"rows not in {claim.experiment}: {', '.join(unknown)}" if unknown else \
             f"{claim.experiment} has no column {_at_text(claim) or 'of warm-up settings'}"
-        return Result(claim, [], "not tested", "not tested", {}, [why])
-    comparisons = family(claim, table, value)
-    planned = family(claim, table, value, seeds=set(claim.seeds))
+        return Result(claim, [], NOT_TESTED, EXPLORATORY, {}, [why])
+    planned = set(claim.seeds)
+    comparisons = family(claim, table, value, seeds=planned)
     cells = {label: _cells(claim, table, label, value) for label in labels}
     present = {label: sorted(set(runs.loc[runs["status"] == "completed", "seed"])) for label, runs in cells.items()}
-    texts, tags = qualifiers(claim, table, cells, present, comparisons)
-    return Result(claim, comparisons, verdict(comparisons), verdict(planned), present, texts, tags)
-
-
-def ladder_trend(claim: Claim, table: Table | None) -> Result:
-    """A ladder claim (statistic: trend): per (variant, baseline) pair, the fit-free trend of the paired Δ over
-    ln(non-embedding parameters) at the claim's budget (analysis/trend.py; default the largest); resolved when the
-    Holm-adjusted slope t-test and permutation p are both below α; `better`: Δ falls with size."""
-    from mbexp.analysis import trend as fit_free
-    from mbexp.analysis.scaling import ladder_points
-
-    if table is None:
-        return Result(claim, [], "not tested", "not tested", {}, [f"no finished runs of {claim.experiment}"])
-    points, _ = ladder_points(table)
-    unknown = sorted({v for pair in claim.pairs for v in pair} - set(points["variant"]))
-    if unknown:
-        return Result(claim, [], "not tested", "not tested", {}, [f"variants not in {claim.experiment}: "
-                                                                  f"{', '.join(unknown)}"])
-    steps = dict(claim.at).get("train.steps", points["steps"].max())
-
-    def tested(seeds) -> list[Comparison]:
-        out, permuted = [], []
-        for row, base in claim.pairs:
-            deltas = {n: d[d.index.isin(seeds)] if seeds else d
-                      for n, d in fit_free.ladder_deltas(points, row, base, steps).items()}
-            t, t90 = fit_free.trend(deltas), fit_free.trend(deltas, level=0.90)
-            out.append(Comparison(row, base, stats.Interval(t.slope, t.low, t.high, p=t.p, df=len(t.seeds) - 1,
-                                                            method="trend"),
-                                  stats.Interval(t90.slope, t90.low, t90.high, method="trend"),
-                                  pd.Series(t.slopes, index=list(t.seeds[:len(t.slopes)]), dtype=float),
-                                  len(t.seeds)))
-            permuted.append(t.p_permutation)
-        for c, p, q in zip(out, stats.holm([c.interval.p for c in out]), stats.holm(permuted)):
-            c.p_holm = max(p, q)
-            c.mark = stats.mark(c.interval.delta, c.p_holm, math.nan)
-            c.outcome = outcome(claim.hypothesis, c)
-        return out
-
-    comparisons = tested(None)
-    present = {c.row: sorted(c.deltas.index) for c in comparisons}
-    return Result(claim, comparisons, verdict(comparisons), verdict(tested(set(claim.seeds))), present,
-                  [f"fit-free: paired Δ vs the baseline per size at {steps} steps, its slope over ln N"])
+    extra = set().union(*present.values()) - planned
+    texts, tags, unmet = qualifiers(claim, table, cells, present, comparisons, value)
+    read = pd.concat(_read(claim, table, label, value) for label in labels)
+    read = read[read["seed"].isin(planned)]
+    declared = int(sum(d.get(claim.id) == claim.digest for d in read["declarations"]))
+    standing = CONFIRMATORY if len(read) and declared == len(read) else EXPLORATORY
+    if standing == EXPLORATORY:
+        texts.append(f"exploratory: {len(read) - declared} of {len(read)} runs read were not launched under this "
+                     "declaration")
+    return Result(claim, comparisons, NOT_AS_DECLARED if unmet else verdict(comparisons), standing, present, texts,
+                  tags, unmet, family(claim, table, value) if extra else [], len(read), declared)
 
 
 _MISSING = object()
@@ -211,7 +116,7 @@ _MISSING = object()
 
 def _at_value(claim: Claim, table: Table):
     """The column value the claim is read at; None when the table has no column axis or the claim spans it."""
-    if claim.statistic == "sensitivity":
+    if claim.statistic != "delta":
         return None if table.column in SENSITIVITY_AXES and len(table.columns) > 1 else _MISSING
     if not claim.at:
         return table.reference if table.column else None
@@ -228,27 +133,44 @@ def _at_text(claim: Claim) -> str:
 
 def _cells(claim: Claim, table: Table, label: str, value) -> pd.DataFrame:
     """The runs behind a label in this claim: its cell at the value, or every column for a sensitivity."""
-    if claim.statistic == "sensitivity":
+    if claim.statistic != "delta":
         return table.runs[(table.runs["label"] == label) & table.runs["chosen"]]
     return cell_runs(table, label, value)
 
 
-def _sides(claim: Claim, table: Table, pair: tuple, value, seeds) -> tuple[pd.Series, pd.Series]:
-    """Per-seed losses (a, b) whose difference the comparison tests."""
-    def keep(series: pd.Series) -> pd.Series:
-        return series[series.index.isin(seeds)] if seeds is not None else series
+def _read(claim: Claim, table: Table, label: str, value) -> pd.DataFrame:
+    """Every run the claim reads for a label: its cell at every tuned value tried (the choice reads them all)."""
+    runs = table.runs[table.runs["label"] == label]
+    return runs[runs["_col"] == value] if claim.statistic == "delta" and table.column else runs
 
-    row, base = pair
-    if claim.statistic == "delta":
-        return keep(losses_at(table, row, value)), keep(losses_at(table, base, value))
-    # sensitivity: reported loss at the smallest warm-up minus at the one best on validation (stats.sensitivity)
-    runs = _cells(claim, table, row, None)
-    done = runs[runs["status"] == "completed"]
+
+def _warmups(table: Table, label: str, seeds) -> tuple[list, object, dict]:
+    """(settings, the one best on validation, reported loss per setting by seed) of a row's warm-up cells."""
+    runs = table.runs[(table.runs["label"] == label) & table.runs["chosen"]]
+    done = runs[(runs["status"] == "completed") & (runs["seed"].isin(seeds) if seeds is not None else True)]
     settings = sorted(runs["_col"].unique())
-    val = {v: keep(done[done["_col"] == v].set_index("seed")["final_val_loss"]) for v in settings}
+    val = {v: done.loc[done["_col"] == v, "final_val_loss"] for v in settings}
     best = stats.choose({v: s.mean() if len(s) else math.inf for v, s in val.items()})
-    report = {v: keep(done[done["_col"] == v].set_index("seed")[table.report].astype(float)) for v in settings}
+    report = {v: done[done["_col"] == v].set_index("seed")[table.report].astype(float) for v in settings}
+    return settings, best, report
+
+
+def _sensitivity(table: Table, label: str, seeds) -> tuple[pd.Series, pd.Series]:
+    """Reported loss at the smallest warm-up and at the one best on validation, by seed (stats.sensitivity)."""
+    settings, best, report = _warmups(table, label, seeds)
     return report[settings[0]], report[best] if best is not None else pd.Series(dtype=float)
+
+
+def _sides(claim: Claim, table: Table, pair: tuple, value, seeds) -> tuple[pd.Series, pd.Series]:
+    """Per-seed values (a, b) whose difference the comparison tests."""
+    row, base = pair
+    if claim.statistic == "sensitivity":
+        return _sensitivity(table, row, seeds)
+    if claim.statistic == "sensitivity_diff":  # each row's per-seed sensitivity; their difference is paired
+        return stats.seed_deltas(*_sensitivity(table, row, seeds)), stats.seed_deltas(*_sensitivity(table, base,
+                                                                                                     seeds))
+    a, b = losses_at(table, row, value), losses_at(table, base, value)
+    return (a[a.index.isin(seeds)], b[b.index.isin(seeds)]) if seeds is not None else (a, b)
 
 
 def family(claim: Claim, table: Table, value, seeds=None) -> list[Comparison]:
@@ -260,41 +182,46 @@ def family(claim: Claim, table: Table, value, seeds=None) -> list[Comparison]:
         deltas = stats.seed_deltas(a, b)
         out.append(Comparison(pair[0], pair[1], interval, stats.compare(a, b, level=0.90), deltas,
                               len(deltas) if interval.method == "paired" else min(len(a), len(b))))
-    equivalence = claim.hypothesis == "equivalent"
+    margins = claim.hypothesis == "equivalent" or claim.statistic == "sensitivity"
     p_holm = stats.holm([c.interval.p for c in out])
-    tost = stats.holm([stats.tost(c.interval, claim.margin) if equivalence else math.nan for c in out])
-    far = stats.holm([stats.beyond(c.interval, claim.margin) if equivalence else math.nan for c in out])
+    tost = stats.holm([stats.tost(c.interval, claim.margin) if margins else math.nan for c in out])
+    far = stats.holm([stats.beyond_margin(c.interval, claim.margin) if margins else math.nan for c in out])
     for c, p, t, f in zip(out, p_holm, tost, far):
         c.p_holm, c.tost_holm, c.beyond_holm = p, t, f
-        # an equivalence claim reads its equivalence test first: a difference resolved nonzero but inside the margin
-        # is still equivalent within it
-        c.mark = "equivalent" if t < stats.ALPHA else stats.mark(c.interval.delta, p, math.nan)
-        c.outcome = outcome(claim.hypothesis, c)
-        if c.outcome == "untested":
-            c.mark = "not tested"  # no interval: fewer than 2 seeds
-        effect = claim.margin if equivalence else c.interval.delta
+        # a margin is read first: a difference resolved nonzero but inside the margin is still equivalent within it
+        c.mark = EQUIVALENT if t < stats.ALPHA else stats.mark(c.interval.delta, p, math.nan)
+        c.outcome = outcome(claim, c)
+        if c.outcome == UNTESTED:
+            c.mark = NOT_TESTED  # no interval: fewer than 2 seeds
+        effect = claim.margin if claim.hypothesis == "equivalent" else c.interval.delta
         c.seeds_needed = stats.seeds_needed(effect, c.deltas.std(ddof=1)) if c.interval.method == "paired" \
             else math.nan
     return out
 
 
-def outcome(hypothesis: str, c: Comparison) -> str:
-    """What one comparison's mark says about the hypothesis (an ordering pair reads as `better`)."""
+def outcome(claim: Claim, c: Comparison) -> str:
+    """What one comparison's mark says about the hypothesis (an ordering pair reads as `better`); a sensitivity
+    claim of better/worse needs the sensitivity resolved beyond its margin, and is contradicted within it."""
     if math.isnan(c.interval.p) or math.isnan(c.interval.low):
-        return "untested"
-    if hypothesis == "equivalent":
-        return "supports" if c.mark == "equivalent" else "contradicts" if c.beyond_holm < stats.ALPHA else "open"
-    return OUTCOME["better" if hypothesis == "ordering" else hypothesis].get(c.mark, "open")
+        return UNTESTED
+    if claim.hypothesis == "equivalent":
+        return SUPPORTS if c.mark == EQUIVALENT else CONTRADICTS if c.beyond_holm < stats.ALPHA else OPEN
+    want = WORSE if claim.hypothesis == "worse" else BETTER
+    if claim.statistic == "sensitivity":
+        if c.beyond_holm < stats.ALPHA:
+            return SUPPORTS if (WORSE if c.interval.delta > 0 else BETTER) == want else CONTRADICTS
+        return CONTRADICTS if c.mark == EQUIVALENT else OPEN
+    return SUPPORTS if c.mark == want else CONTRADICTS if c.mark in (BETTER, WORSE) else OPEN
 
 
 def verdict(comparisons: list[Comparison]) -> str:
     """agrees: every comparison supports; disagrees: any contradicts; not tested: none could be tested."""
     outcomes = [c.outcome for c in comparisons]
-    if not outcomes or all(o == "untested" for o in outcomes):
-        return "not tested"
-    if "contradicts" in outcomes:
-        return "disagrees"
-    return "agrees" if all(o == "supports" for o in outcomes) else "not resolved"
+    if not outcomes or all(o == UNTESTED for o in outcomes):
+        return NOT_TESTED
+    if CONTRADICTS in outcomes:
+        return DISAGREES
+    return AGREES if all(o == SUPPORTS for o in outcomes) else NOT_RESOLVED
 
 
 def seed_range(seeds) -> str:
@@ -308,54 +235,69 @@ def seed_range(seeds) -> str:
     return ", ".join(f"{a}" if a == b else f"{a}–{b}" if b > a + 1 else f"{a}, {b}" for a, b in parts) or "none"
 
 
-def qualifiers(claim: Claim, table: Table, cells: dict, present: dict, comparisons: list) -> tuple[list, list]:
-    """What qualifies the verdict (seeds beyond or short of the plan, epochs, LR, split, slow starts, divergence):
-    each in full, and as a short tag."""
-    out, tags = [], []
+def qualifiers(claim: Claim, table: Table, cells: dict, present: dict, comparisons: list,
+               value=None) -> tuple[list, list, list]:
+    """What qualifies the verdict, each in full and as a short tag, and the declared conditions the runs do not
+    meet (planned runs missing, epochs, own LR, divergence): any of those makes it *not tested as declared*."""
+    out, tags, unmet = [], [], []
 
-    def add(tag: str, text: str) -> None:
+    def add(tag: str, text: str, condition: bool = False) -> None:
         tags.append(tag)
         out.append(text)
+        if condition:
+            unmet.append(text)
 
     planned = set(claim.seeds)
     extra = sorted(set().union(*present.values()) - planned)
     if extra:
-        add("seeds added after the plan",
-            f"seeds {seed_range(extra)} added after the plan (planned {seed_range(planned)})")
+        add("seeds added", f"seeds {seed_range(extra)} added after the plan (planned "
+            f"{seed_range(planned)}): shown apart, the verdict reads the planned seeds")
     missing = {label: sorted(planned - set(seeds)) for label, seeds in present.items() if planned - set(seeds)}
     if missing:
-        add("runs missing", "runs missing: " + "; ".join(f"{short(label, cells)} seed {seed_range(s)}"
-                                                for label, s in missing.items()))
+        add("runs missing", "planned runs missing: " + "; ".join(f"{short(label, cells)} seed {seed_range(s)}"
+                                                                 for label, s in missing.items()), True)
     runs = pd.concat(cells.values())
-    done = runs[runs["status"] == "completed"]
+    done = runs[(runs["status"] == "completed") & runs["seed"].isin(planned)]
     if claim.max_epochs is not None:
         epochs = done["epochs"].max()
         if pd.isna(epochs):
-            add("epochs unknown", "epochs not recorded")
+            add("epochs unknown", f"epochs not recorded (declared at most {claim.max_epochs:g})", True)
         elif epochs > claim.max_epochs:
             plural = "s" if claim.max_epochs != 1 else ""
             add(f"> {claim.max_epochs:g} epoch{plural}",
-                f"past {claim.max_epochs:g} epoch{plural} ({epochs:.2f} epochs)")
+                f"past {claim.max_epochs:g} epoch{plural} ({epochs:.2f} epochs)", True)
     if claim.own_lr:
         tuned = table.tuned == "optim.lr"
-        shared = [label for label in cells
-                  if not tuned or table.runs.loc[table.runs["label"] == label, "_tv"].nunique() < 2]
+        shared = [label for label in cells if not tuned or _read(claim, table, label, value)["_tv"].nunique() < 2]
         if shared:
             lrs = sorted({float(i.get("optim.lr")) for i in done["identity"] if i.get("optim.lr") is not None})
             at = f" (one lr: {', '.join(setting(v) for v in lrs)})" if lrs else ""
-            add("LR not tuned per row", f"not at their own tuned LR: {len(shared)} of {len(cells)} rows{at}")
+            add("LR not tuned per row", f"not at their own tuned LR: {len(shared)} of {len(cells)} rows{at}", True)
+    diverged = int(((runs["status"] == "diverged") & runs["seed"].isin(planned)).sum())
+    if diverged:
+        add("diverged runs", f"{diverged} diverged planned run{'s' if diverged > 1 else ''}", True)
     if table.split == "validation":
         add("validation split", "validation split (runs without a test split)")
+    if claim.statistic != "delta":
+        edge = [label for label in cells if _edge(table, label, planned)]
+        if edge:
+            bound = "each sensitivity is a lower bound, so their difference is bounded neither way" \
+                if claim.statistic == "sensitivity_diff" and len(edge) > 1 else "its sensitivity is a lower bound"
+            add("best warm-up at grid edge", f"best warm-up the largest tried for "
+                f"{', '.join(short(label, cells) for label in edge)}: {bound}")
     slow = {label: slow_start_seeds(r) for label, r in cells.items() if claim.statistic == "delta"}
     if any(slow.values()):
         add("slow starts", "slow start (shown, not dropped): " + "; ".join(
             f"{short(label, cells)} seed {seed_range(s)}" for label, s in slow.items() if s))
     for c in comparisons:
         c.slow = {label: slow.get(label, []) for label in (c.row, c.baseline) if label}
-    diverged = int((runs["status"] == "diverged").sum())
-    if diverged:
-        add("diverged runs", f"{diverged} diverged run{'s' if diverged > 1 else ''}")
-    return out, tags
+    return out, tags, unmet
+
+
+def _edge(table: Table, label: str, seeds) -> bool:
+    """Whether the warm-up best on validation is the largest tried: the sensitivity is then a lower bound."""
+    settings, best, _ = _warmups(table, label, seeds)
+    return best is not None and len(settings) > 1 and best == settings[-1]
 
 
 def short(label: str, labels) -> str:

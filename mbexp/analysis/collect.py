@@ -20,7 +20,7 @@ LATER_NUMBERS = ("params_non_embedding", "flops_per_token", "early_step", "early
                  "final_test_bpb", "final_train_loss", "generalization_gap", "tokens_seen", "train_tokens", "epochs",
                  "tokens_per_s_median", "steps")
 NUMBERS = REQUIRED_NUMBERS + LATER_NUMBERS
-RUN_COLUMNS = ("path", *STRINGS, "seed", *AXES, "warmup_steps", *NUMBERS, "identity", "config")
+RUN_COLUMNS = ("path", *STRINGS, "seed", *AXES, "warmup_steps", *NUMBERS, "identity", "config", "declarations")
 
 
 def collect_runs(results_dir, strict: bool = False) -> pd.DataFrame:
@@ -54,6 +54,7 @@ def read_record(path: Path) -> dict:
         "warmup_steps": axes["warmup_steps"],
         "identity": identity,
         "config": config_key(identity),
+        "declarations": summary.get("declarations") or {},  # claim id -> digest at launch (mbexp.declarations)
     }
 
 
@@ -76,7 +77,7 @@ def _problem(summary: dict) -> str | None:
     wrong += [key for key in NUMBERS if summary.get(key) is not None and not _is_number(summary[key])]
     wrong += [] if _is_int(summary["seed"]) else ["seed"]
     wrong += [] if isinstance(summary["axes"], dict) and _is_int(summary["axes"].get("warmup_steps")) else ["axes"]
-    wrong += [] if isinstance(summary.get("identity", {}), dict) else ["identity"]
+    wrong += [key for key in ("identity", "declarations") if not isinstance(summary.get(key, {}), dict)]
     if wrong:
         return f"wrong types for {wrong}"
     if summary["status"] not in STATUSES:

@@ -11,18 +11,21 @@ from pathlib import Path
 
 import pandas as pd
 
-from mbexp.analysis import stats
+from mbexp.analysis import example, stats
 from mbexp.analysis.claims import ClaimsError, Comparison, Result, evaluate, load_claims, seed_range, short
 from mbexp.analysis.ladder_render import multiplier_cell
 from mbexp.analysis.render import fmt
 from mbexp.analysis.table import setting
+from mbexp.declarations import CONFIRMATORY, EXPLORATORY, VERDICTS
 
 CLAIMS_BEGIN, CLAIMS_END = "<!-- claims:begin -->", "<!-- claims:end -->"
 RESULTS_BEGIN, RESULTS_END = "<!-- results:begin -->", "<!-- results:end -->"
 HYPOTHESIS_TEXT = {"better": "better than {b}", "worse": "worse than {b}", "equivalent": "within ±{m} of {b}",
                    "ordering": "in the stated order"}
-SENSITIVITY_TEXT = {"worse": "worse without warm-up", "better": "better without warm-up",
-                    "equivalent": "within ±{m} without warm-up"}
+SENSITIVITY_TEXT = {"worse": "worse without warm-up by more than {m}", "better": "better without warm-up by more "
+                    "than {m}", "equivalent": "within ±{m} without warm-up"}
+DIFF_TEXT = {"worse": "needs warm-up more than {b}", "better": "needs warm-up less than {b}",
+             "equivalent": "warm-up sensitivity within ±{m} of {b}"}
 
 
 def _interval(low: float, high: float) -> str:
@@ -36,7 +39,7 @@ def _seeds_needed(n: float) -> str:
 def read_at(result: Result) -> str:
     """Where the claim is read: the experiment and its column value."""
     claim = result.claim
-    if claim.statistic == "sensitivity":
+    if claim.statistic != "delta":
         return f"{claim.experiment}, warm-up sensitivity"
     where = ", ".join(f"{k}={setting(v)}" for k, v in claim.at)
     return f"{claim.experiment}, {where}" if where else claim.experiment
@@ -46,7 +49,8 @@ def hypothesis(result: Result) -> str:
     claim = result.claim
     bases = sorted({b for _, b in claim.pairs if b})
     base = ", ".join(short(b, [p[0] for p in claim.pairs] + bases) if len(bases) > 1 else b for b in bases)
-    text = (SENSITIVITY_TEXT if claim.statistic == "sensitivity" else HYPOTHESIS_TEXT)[claim.hypothesis]
+    texts = {"sensitivity": SENSITIVITY_TEXT, "sensitivity_diff": DIFF_TEXT}.get(claim.statistic, HYPOTHESIS_TEXT)
+    text = texts[claim.hypothesis]
     return text.format(b=f"`{base}`", m=f"{claim.margin:g}")
 
 
@@ -71,48 +75,101 @@ def seeds_text(result: Result) -> str:
     return f"{seed_range(result.claim.seeds)} / {seed_range(present)}"
 
 
+def added_text(result: Result) -> str:
+    """The marks on every seed present, when seeds beyond the plan exist: shown apart from the verdict."""
+    if not result.added:
+        return "—"
+    extra = set().union(*result.present.values()) - set(result.claim.seeds)
+    return f"seeds {seed_range(extra)} added: " + ", ".join(f"{name(result, c)} {c.mark}" for c in result.added)
+
+
+def verdict_text(result: Result) -> str:
+    """The verdict in bold, its standing beside it."""
+    return f"**{result.verdict}** ({result.standing})"
+
+
+def claims_display(results: list[Result]) -> pd.DataFrame:
+    """One line per claim as text: claims.md and the W&B `table` run's claims table."""
+    return pd.DataFrame([{
+        "claim": f"{r.claim.claim} (`{r.claim.id}`)", "paper": r.claim.paper, "read at": read_at(r),
+        "hypothesis": hypothesis(r), "marks on the planned seeds": marks(r), "verdict": verdict_text(r),
+        "seeds planned / present": seeds_text(r), "with seeds added after the plan": added_text(r),
+        "qualifiers": "; ".join(r.qualifiers) or "—"} for r in results])
+
+
 def claims_markdown(results: list[Result]) -> str:
     """results/tables/claims.md: one line per claim, then the rules it was made by."""
-    head = ["claim", "paper", "read at", "hypothesis", "marks in the claim's family", "verdict",
-            "on planned seeds", "seeds planned / present", "qualifiers"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(":---" for _ in head) + "|"]
-    for r in results:
-        cells = [f"{r.claim.claim} (`{r.claim.id}`)", r.claim.paper, read_at(r), hypothesis(r), marks(r),
-                 f"**{r.verdict}**", r.planned_verdict, seeds_text(r), "; ".join(r.qualifiers) or "—"]
-        lines.append("| " + " | ".join(cells) + " |")
     caption = "**Claims** — every verdict computed from `results/claims.yaml` by `make table` (docs/table.md)."
-    return "\n".join([caption, "", *lines, "", LEGEND]) + "\n"
+    return "\n".join([caption, "", standing_line(results), "", *_rows(claims_display(results)), "", LEGEND]) + "\n"
+
+
+def _rows(shown: pd.DataFrame) -> list[str]:
+    return ["| " + " | ".join(shown.columns) + " |", "|" + "|".join(":---" for _ in shown.columns) + "|",
+            *("| " + " | ".join(row) + " |" for row in shown.itertuples(index=False))]
+
+
+def example_block() -> str:
+    """docs/table.md's worked example: the fixture's claims file, its claims table and each claim's numbers."""
+    found = example.results()
+    out = ["Generated by `make report` from the fixture in `mbexp/analysis/example.py` (tests check its numbers).",
+           "", "```yaml", example.CLAIMS.rstrip(), "```", "", standing_line(found), "",
+           *_rows(claims_display(found).drop(columns=["paper"])), ""]
+    out += [line.replace("### ", "#### ", 1) for r in found for line in claim_section(r)]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def standing_line(results: list[Result]) -> str:
+    """How many verdicts are confirmatory (counted apart) and how many exploratory."""
+    def count(standing: str) -> str:
+        found = [r.verdict for r in results if r.standing == standing]
+        kinds = ", ".join(f"{v} {found.count(v)}" for v in VERDICTS if v in found)
+        return f"{len(found)}" + (f" ({kinds})" if kinds else "")
+
+    exploratory = sum(r.standing == EXPLORATORY for r in results)
+    head = f"All {len(results)} claims are exploratory" if exploratory == len(results) else \
+        f"Confirmatory: {count(CONFIRMATORY)}. Exploratory: {count(EXPLORATORY)}"
+    return (f"{head}: a verdict is confirmatory only when every run it reads was launched under the claim's "
+            "current declaration (its digest, recorded in each run's summary.json); runs launched before the claim "
+            "was declared, or under an edited declaration, make it exploratory: computed and shown, never counted "
+            "as confirmatory.")
 
 
 LEGEND = (
-    "marks: better / worse / equiv. / not resolved, recomputed with Holm over the claim's own comparisons only "
-    "(its family), at alpha 0.05; equivalence marks only in an equivalence claim. verdict: agrees when every "
-    "comparison supports the hypothesis; disagrees when any contradicts it (a resolved difference the other way; "
-    "for equivalence, a difference resolved beyond the margin); not tested when no comparison has an interval "
-    "(fewer than 2 seeds, or rows missing); not resolved otherwise. An ordering is tested pair by adjacent pair. "
-    "on planned seeds: the same verdict from the planned seeds alone. qualifiers: what the verdict does not show "
-    "(seeds added after the plan, runs missing, past one epoch, rows not at their own tuned LR, the split, slow "
-    "starts, divergence); they never change the verdict.")
+    "marks: better / worse / equiv. / not resolved on the planned seeds, Holm over the claim's own comparisons (its "
+    "family), alpha 0.05. verdict (planned seeds): agrees when every comparison supports the hypothesis; disagrees "
+    "when any contradicts it (resolved the other way, or beyond the margin by the two-sided test for equivalence); "
+    "a sensitivity claim of worse needs the sensitivity resolved beyond its margin; not tested without an interval; "
+    "not tested as declared when a declared condition is unmet (planned runs missing or diverged, past max_epochs "
+    "or epochs not recorded, a row not at its own tuned LR); not resolved otherwise. confirmatory: every run read "
+    "was launched under the claim's current digest; exploratory otherwise. Added seeds are shown apart and never "
+    "change the verdict. An ordering is tested pair by adjacent pair. docs/table.md has every rule.")
 
 
-CSV_COLUMNS = ["claim", "experiment", "read_at", "hypothesis", "statistic", "margin", "row", "baseline", "n",
-               "delta", "ci_low", "ci_high", "ci90_low", "ci90_high", "ci_method", "p", "p_holm", "tost_p_holm",
-               "beyond_p_holm", "mark", "outcome", "seeds_needed", "seed_deltas", "slow_start", "verdict",
-               "verdict_planned", "seeds_planned", "seeds_present", "qualifiers"]
+CSV_COLUMNS = ["claim", "digest", "standing", "runs_read", "runs_declared", "experiment", "read_at", "hypothesis",
+               "statistic", "margin", "row", "baseline", "n", "delta", "ci_low", "ci_high", "ci90_low", "ci90_high",
+               "ci_method", "p", "p_holm", "tost_p_holm", "beyond_p_holm", "mark", "outcome", "seeds_needed",
+               "seed_deltas", "slow_start", "verdict", "conditions_unmet", "seeds_planned", "seeds_present",
+               "n_all_seeds", "delta_all_seeds", "ci_low_all_seeds", "ci_high_all_seeds", "p_holm_all_seeds",
+               "mark_all_seeds", "qualifiers"]
 
 
 def claims_csv(results: list[Result]) -> str:
     """results/tables/claims.csv: one line per comparison (a claim without comparisons gets one empty line)."""
     records = []
     for r in results:
-        claim = {"claim": r.claim.id, "experiment": r.claim.experiment, "read_at": read_at(r),
+        claim = {"claim": r.claim.id, "digest": r.claim.digest, "standing": r.standing, "runs_read": r.runs_read,
+                 "runs_declared": r.runs_declared, "experiment": r.claim.experiment, "read_at": read_at(r),
                  "hypothesis": r.claim.hypothesis, "statistic": r.claim.statistic, "margin": r.claim.margin,
-                 "verdict": r.verdict, "verdict_planned": r.planned_verdict,
+                 "verdict": r.verdict, "conditions_unmet": "; ".join(r.unmet),
                  "seeds_planned": " ".join(map(str, r.claim.seeds)),
                  "seeds_present": " ".join(map(str, sorted(set().union(*r.present.values())))) if r.present else "",
                  "qualifiers": "; ".join(r.qualifiers)}
-        for c in r.comparisons or [None]:
-            records.append(claim | ({} if c is None else _comparison_record(c)))
+        for i, c in enumerate(r.comparisons or [None]):
+            added = r.added[i] if r.added else None
+            records.append(claim | ({} if c is None else _comparison_record(c)) | ({} if added is None else {
+                "n_all_seeds": added.n, "delta_all_seeds": added.interval.delta,
+                "ci_low_all_seeds": added.interval.low, "ci_high_all_seeds": added.interval.high,
+                "p_holm_all_seeds": added.p_holm, "mark_all_seeds": added.mark}))
     frame = pd.DataFrame(records, columns=CSV_COLUMNS)
     return frame.to_csv(index=False, float_format="%.6f", lineterminator="\n")
 
@@ -159,24 +216,31 @@ def ladder_markdown(trends: list[dict]) -> str:
 
 
 def readme_block(results: list[Result], trends: list[dict] = ()) -> str:
-    """The README's headline: one line per claim, its verdict and what qualifies it; one per ladder trend."""
-    lines = ["| claim | read at | verdict | qualified by |", "|:---|:---|:---|:---|"]
+    """The README's headline: one line per claim, its verdict, standing and what qualifies it; one per ladder trend."""
+    same = {r.standing for r in results}  # one standing for all: said once, in the verdict column's head
+    head = f"verdict ({same.pop()})" if len(same) == 1 else "verdict"
+    lines = [f"| claim | read at | {head} | qualified by |", "|:---|:---|:---|:---|"]
     for r in results:
-        lines.append(f"| {r.claim.claim} | {read_at(r)} | **{r.verdict}** | {', '.join(r.tags) or '—'} |")
+        verdict = f"**{r.verdict}**" if head != "verdict" else verdict_text(r)
+        lines.append(f"| {r.claim.claim} | {read_at(r)} | {verdict} | {', '.join(r.tags) or '—'} |")
     for t in trends:
         if t["steps"] == max(u["steps"] for u in trends if u["experiment"] == t["experiment"]):
             lines.append(f"| compute multiplier of {t['variant']} over {t['baseline']} as the model grows | "
                          f"{t['experiment']}, train.steps={t['steps']} | **{t['trend']}** | size ladder fit |")
+    exploratory = sum(r.standing == EXPLORATORY for r in results)
+    standing = f"All {len(results)} claims are exploratory: their runs were" if exploratory == len(results) else \
+        f"{len(results) - exploratory} confirmatory, {exploratory} exploratory: runs"
     return "\n".join([
-        "Generated by `make report` from `results/claims.yaml` and the committed runs; each qualifier in full, the "
-        "papers, every number and the figures are in [docs/results.md](docs/results.md).", "", *lines])
+        f"Generated by `make report`; every number in [docs/results.md](docs/results.md). {standing} launched "
+        "before the claim was declared, or under an edited declaration "
+        "([rules](docs/table.md#declarations-confirmatory-or-exploratory)).", "", *lines])
 
 
 def results_page(results: list[Result], trends: list[dict] = ()) -> str:
     """docs/results.md's generated part: the claims table, per claim its family with every statistic, the ladders."""
     out = ["## Claims", "", claims_markdown(results)]
     for r in results:
-        out += _claim_section(r)
+        out += claim_section(r)
     if trends:
         out += ["## Size ladders", "",
                 "Compute multiplier m vs the baseline (> 1: the baseline needs m times the compute to match), with "
@@ -193,7 +257,7 @@ def results_page(results: list[Result], trends: list[dict] = ()) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
-def _claim_section(r: Result) -> list[str]:
+def claim_section(r: Result) -> list[str]:
     claim = r.claim
     conditions = [f"at most {claim.max_epochs:g} epoch(s)"] if claim.max_epochs is not None else []
     conditions += ["each row at its own tuned learning rate"] if claim.own_lr else []
@@ -202,12 +266,16 @@ def _claim_section(r: Result) -> list[str]:
              f"- read at: {read_at(r)}; hypothesis: {hypothesis(r)}; Holm family: {len(claim.pairs)} "
              f"comparison{'s' if len(claim.pairs) > 1 else ''}",
              f"- conditions: {', '.join(conditions) or 'none'}; seeds planned / present: {seeds_text(r)}"]
+    lines += [f"- study `{claim.study}`: " + ", ".join(f"{k} {v}" for k, v in claim.protocol.items())] \
+        if claim.study else []
     lines += [f"- note: {claim.note}"] if claim.note else []
-    lines += [f"- **verdict: {r.verdict}** (on the planned seeds alone: {r.planned_verdict})",
+    lines += [f"- **verdict: {r.verdict}** ({r.standing}: {r.runs_declared} of {r.runs_read} runs read launched "
+              f"under digest `{claim.digest}`)",
+              f"- conditions not met: {'; '.join(r.unmet) or 'none'}",
               f"- qualifiers: {'; '.join(r.qualifiers) or 'none'}", ""]
     if not r.comparisons:
         return lines
-    equivalence = claim.hypothesis == "equivalent"
+    equivalence = claim.hypothesis == "equivalent" or claim.statistic == "sensitivity"  # margins read
     head = ["comparison", "n", "Δ (95% CI)", "90% CI", "p (Holm, family)"]
     head += ["TOST p (Holm)", f"beyond ±{claim.margin:g} p (Holm)"] if equivalence else []
     head += ["mark", "says", "seeds needed", "per-seed Δ"]
@@ -221,6 +289,12 @@ def _claim_section(r: Result) -> list[str]:
                                               else "") for s, d in c.deltas.items())
         cells += [c.mark, c.outcome, _seeds_needed(c.seeds_needed), deltas or "—"]
         lines.append("| " + " | ".join(cells) + " |")
+    if r.added:
+        lines += ["", f"With {added_text(r).partition(':')[0]} (shown apart; the verdict reads the planned seeds):",
+                  "", "| comparison | n | Δ (95% CI) | p (Holm, family) | mark |", "|:---|---:|---:|---:|:---|"]
+        lines += [f"| {name(r, c)} | {c.n} | {fmt(c.interval.delta, '+.4f')} "
+                  f"{_interval(c.interval.low, c.interval.high)} | {fmt(c.p_holm, '.3f')} | {c.mark} |"
+                  for c in r.added]
     return lines + [""]
 
 
@@ -244,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--claims", type=Path, help="claims file (default: RESULTS/claims.yaml)")
     parser.add_argument("--readme", type=Path, default=Path("README.md"))
     parser.add_argument("--page", type=Path, default=Path("docs/results.md"))
+    parser.add_argument("--table-doc", type=Path, default=Path("docs/table.md"), help="where the worked example goes")
     parser.add_argument("--check", action="store_true", help="exit 1 when a committed text differs; write nothing")
     args = parser.parse_args(argv)
     try:
@@ -251,7 +326,8 @@ def main(argv: list[str] | None = None) -> int:
         trends = ladder_trends(args.results)
         texts = {path: splice(path.read_text(encoding="utf-8"), begin, end, block) for path, begin, end, block in
                  ((args.readme, CLAIMS_BEGIN, CLAIMS_END, readme_block(results, trends)),
-                  (args.page, RESULTS_BEGIN, RESULTS_END, results_page(results, trends)))}
+                  (args.page, RESULTS_BEGIN, RESULTS_END, results_page(results, trends)),
+                  (args.table_doc, example.EXAMPLE_BEGIN, example.EXAMPLE_END, example_block()))}
     except (ClaimsError, ValueError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -10,9 +10,10 @@ from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestPower
 from statsmodels.stats.weightstats import DescrStatsW, ttost_ind
 
+from mbexp.declarations import MARKS  # noqa: F401 - the one vocabulary (declared there), re-exported
+
 LEVEL = 0.95
 ALPHA = 0.05
-MARKS = ("better", "worse", "equivalent", "not resolved")
 
 
 @dataclass(frozen=True)
@@ -40,8 +41,8 @@ def paired(a: pd.Series, b: pd.Series, level: float = LEVEL) -> Interval:
 
 def welch(a: pd.Series, b: pd.Series, level: float = LEVEL) -> Interval:
     """Welch's t-interval (unequal variances) over all seeds of a and b (no interval if either has < 2)."""
-    if min(len(a), len(b)) < 2:
-        return Interval(a.mean() - b.mean() if len(a) and len(b) else math.nan)
+    if min(len(a), len(b)) < 2:  # one seed on a side: no interval, and no Δ without one
+        return Interval(math.nan)
     va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
     df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1)) if va + vb > 0 else math.inf
     return _interval(a.mean() - b.mean(), va + vb, df, level, "welch", (a.to_numpy(float), b.to_numpy(float)))
@@ -175,3 +176,14 @@ def slow_starts(early: pd.Series, k: float = SLOW_K) -> list:
         if value - centre > k * spread:
             flagged.append(seed)
     return sorted(flagged)
+
+
+def beyond_margin(interval: Interval, margin: float) -> float:
+    """Two-sided p of H0 |Δ| ≤ margin: twice the one-sided p on the side of the estimate, at most 1; below 0.05
+    exactly when the 95% interval lies wholly beyond ±margin. NaN without an interval."""
+    d, se, df = interval.delta, interval.se, interval.df
+    if math.isnan(se):
+        return math.nan
+    if se == 0:
+        return 0.0 if abs(d) > margin else 1.0
+    return float(min(1.0, 2 * stats.t.sf((abs(d) - margin) / se, df)))

@@ -9,9 +9,10 @@ from mbexp.analysis.table import Table
 from mbexp.logger import wandb_settings
 
 
-def log_tables(tables: dict[str, Table], written: dict[str, list[Path]], *, wandb_dir: str) -> str:
+def log_tables(tables: dict[str, Table], written: dict[str, list[Path]], *, wandb_dir: str, claims=None) -> str:
     """Log one run of job type `table` (offline unless WANDB_MODE or the runs' logger.mode say otherwise) in the
-    runs' project; returns its directory."""
+    runs' project, with the claims table (report.claims_display: verdicts and their labels) when given; returns its
+    directory."""
     import wandb
 
     paths = [p for t in tables.values() for p in t.runs["path"]]
@@ -32,6 +33,8 @@ def log_tables(tables: dict[str, Table], written: dict[str, list[Path]], *, wand
             run.log(record)
             run.summary[f"{exp}/caption"] = render.caption(table)
             run.summary[f"{exp}/legend"] = render.legend(table)
+        if claims is not None:
+            run.log({"claims/table": wandb.Table(dataframe=claims.astype(str))})
         return str(Path(run.dir).parent)
     finally:
         run.finish()

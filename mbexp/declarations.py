@@ -1,0 +1,270 @@
+"""Declared claims (`<results_dir>/claims.yaml`): loaded, validated strictly and digested (docs/table.md).
+
+A run records at launch the digests of the claims of its experiment (`covering`); a verdict is confirmatory only
+when every run it reads recorded its claim's current digest. Torch- and pandas-free: the trainer imports it.
+"""
+
+import hashlib
+import json
+import logging
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+CLAIMS_FILE = "claims.yaml"
+# the one vocabulary of the claims table: a comparison's mark, what it says for the hypothesis, the claim's
+# verdict, and whether that verdict is confirmatory
+MARKS = BETTER, WORSE, EQUIVALENT, UNRESOLVED = ("better", "worse", "equivalent", "not resolved")
+OUTCOMES = SUPPORTS, CONTRADICTS, OPEN, UNTESTED = ("supports", "contradicts", "open", "untested")
+VERDICTS = AGREES, DISAGREES, NOT_RESOLVED, NOT_TESTED, NOT_AS_DECLARED = (
+    "agrees", "disagrees", "not resolved", "not tested", "not tested as declared")
+STANDINGS = CONFIRMATORY, EXPLORATORY = ("confirmatory", "exploratory")
+
+HYPOTHESES = ("better", "worse", "equivalent", "ordering")
+STATISTICS = ("delta", "sensitivity", "sensitivity_diff", "trend")
+DEFAULT_MARGIN = 0.02
+TOP_KEYS = ("margin", "claims", "studies")
+PROSE = ("claim", "paper", "paper_numbers", "note")  # free text: not part of the digest
+KEYS = ("id", *PROSE, "experiment", "at", "baseline", "rows", "pairs", "hypothesis", "statistic", "margin", "seeds",
+        "conditions", "study")
+REQUIRED = ("id", "claim", "paper", "experiment", "hypothesis", "seeds")
+CONDITIONS = ("own_lr", "max_epochs")
+STUDY_LISTS = {"lr_grid": "positive numbers", "scan_seeds": "integers", "seeds": "integers",
+               "budgets": "positive integers"}
+
+
+class ClaimsError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One declared claim: what a paper says, where we test it, and how (see results/claims.yaml)."""
+
+    id: str
+    claim: str
+    paper: str
+    paper_numbers: str
+    experiment: str
+    hypothesis: str
+    pairs: tuple  # (row, baseline) per comparison: the claim's Holm family; baseline None for a sensitivity
+    seeds: tuple  # the seeds planned before the runs
+    at: tuple = ()  # ((column key, value),) or () when the experiment has no column axis
+    statistic: str = "delta"
+    margin: float = DEFAULT_MARGIN
+    own_lr: bool = False  # the claim needs every row at its own tuned learning rate
+    max_epochs: float | None = 1.0  # the claim needs runs within this many epochs of the training split
+    note: str = ""
+    study: str = ""
+    protocol: dict = field(default_factory=dict, compare=False)  # the study's declared protocol
+    digest: str = ""
+
+
+def digest(content: dict) -> str:
+    """Short sha256 of the canonical JSON of a claim's declared content."""
+    text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()[:12]
+
+
+def _number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _integers(value) -> bool:
+    return isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+
+
+def _near(raw: bytes, offset: int) -> str:
+    """' (claim ID)' for the last claim id declared before `offset` in the file's bytes, else ''."""
+    ids = re.findall(rb"\bid:\s*([^\s,}]+)", raw[:offset])
+    return f" (claim {ids[-1].decode('latin-1')})" if ids else ""
+
+
+def read_file(path: Path):
+    """The claims file's YAML; ClaimsError names the file (and the claim near a bad byte or a syntax error)."""
+    import yaml
+
+    try:
+        raw = path.read_bytes()
+    except OSError as err:
+        raise ClaimsError(f"claims file {path}: {err.strerror or err}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[:err.start].count(b"\n") + 1
+        raise ClaimsError(f"claims file {path}: byte 0x{raw[err.start]:02x} on line {line}{_near(raw, err.start)} "
+                          "is not UTF-8; save the file as UTF-8") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = len("\n".join(text.splitlines()[:mark.line + 1]).encode()) if mark else 0
+        where = f" on line {mark.line + 1}{_near(raw, at)}" if mark else ""
+        raise ClaimsError(f"claims file {path}: not valid YAML{where}: {getattr(err, 'problem', err)}") from None
+
+
+def load_claims(path) -> list[Claim]:
+    """The claims of a YAML file; ClaimsError (one line naming the file and the claim) on anything not allowed."""
+    path = Path(path)
+    return parse_claims(read_file(path), f"claims file {path}")
+
+
+def load_claims_text(text: str, where: str = "claims text") -> list[Claim]:
+    """The claims of a YAML text (docs/table.md's worked example)."""
+    import yaml
+
+    return parse_claims(yaml.safe_load(text), where)
+
+
+def parse_claims(data, where: str) -> list[Claim]:
+    """A claims file's parsed YAML as claims, every one validated, their conditions checked for consistency."""
+    if not isinstance(data, dict) or not isinstance(data.get("claims"), list) or not data["claims"]:
+        raise ClaimsError(f"{where}: expected a mapping with a non-empty list `claims`")
+    unknown = sorted(set(data) - set(TOP_KEYS))
+    if unknown:
+        raise ClaimsError(f"{where}: unknown top-level keys {unknown}; allowed: {', '.join(TOP_KEYS)}")
+    margin = _margin(data.get("margin", DEFAULT_MARGIN), f"{where}: margin")
+    studies = parse_studies(data.get("studies", {}), where)
+    claims = [parse_claim(entry, margin, f"{where}, claim {i}", studies) for i, entry in enumerate(data["claims"])]
+    ids = [c.id for c in claims]
+    repeated = sorted({i for i in ids if ids.count(i) > 1})
+    if repeated:
+        raise ClaimsError(f"{where}: repeated ids {', '.join(repeated)}")
+    check_consistent(claims, where)
+    return claims
+
+
+def _margin(value, where: str) -> float:
+    if not _number(value) or value <= 0:
+        raise ClaimsError(f"{where} must be a positive finite number of nats, got {value!r}")
+    return float(value)
+
+
+def parse_studies(studies, where: str) -> dict:
+    """`studies:` name -> declared protocol (experiment, lr_grid, scan_seeds, seeds, budgets and free keys)."""
+    if not isinstance(studies, dict):
+        raise ClaimsError(f"{where}: `studies` must be a mapping of study name to its protocol")
+    for name, study in studies.items():
+        here = f"{where}, study {name}"
+        if not isinstance(study, dict) or not isinstance(study.get("experiment"), str):
+            raise ClaimsError(f"{here}: expected a mapping with an `experiment` name")
+        for key, kind in STUDY_LISTS.items():
+            value = study.get(key, [])
+            ok = _integers(value) if "integers" in kind else isinstance(value, list) and all(map(_number, value))
+            if not ok or ("positive" in kind and any(v <= 0 for v in value)):
+                raise ClaimsError(f"{here}: {key} must be a list of {kind}, got {value!r}")
+    return studies
+
+
+def parse_claim(entry, default_margin: float, where: str, studies: dict | None = None) -> Claim:
+    """One claims-file entry as a Claim, with its digest."""
+    if not isinstance(entry, dict):
+        raise ClaimsError(f"{where}: expected a mapping")
+    where = f"{where} ({entry.get('id', '?')})"
+    unknown = sorted(set(entry) - set(KEYS))
+    missing = [k for k in REQUIRED if k not in entry]
+    if unknown or missing:
+        raise ClaimsError(f"{where}: unknown keys {unknown} / missing keys {missing}; allowed: {', '.join(KEYS)}")
+    for key in ("id", *PROSE, "experiment", "baseline", "study"):
+        if key in entry and (not isinstance(entry[key], str) or not entry[key] and key in REQUIRED):
+            raise ClaimsError(f"{where}: {key} must be text, got {entry[key]!r}")
+    hypothesis, statistic = entry["hypothesis"], entry.get("statistic", "delta")
+    if hypothesis not in HYPOTHESES or statistic not in STATISTICS:
+        raise ClaimsError(f"{where}: hypothesis must be one of {', '.join(HYPOTHESES)} and statistic one of "
+                          f"{', '.join(STATISTICS)}, got {hypothesis!r} and {statistic!r}")
+    pairs = _pairs(entry, hypothesis, statistic, where)
+    margin = _margin(entry.get("margin", default_margin), f"{where}: margin")
+    seeds, at, conditions = entry["seeds"], entry.get("at") or {}, entry.get("conditions") or {}
+    if not _integers(seeds) or not seeds or len(set(seeds)) < len(seeds):
+        raise ClaimsError(f"{where}: seeds must be a non-empty list of distinct integers, got {seeds!r}")
+    if not isinstance(at, dict) or len(at) > 1 or not all(isinstance(v, int | float | str) for v in at.values()):
+        raise ClaimsError(f"{where}: at must map one column key to one value, got {at!r}")
+    if not isinstance(conditions, dict) or set(conditions) - set(CONDITIONS):
+        raise ClaimsError(f"{where}: conditions must be a mapping of {', '.join(CONDITIONS)}, got {conditions!r}")
+    own_lr, max_epochs = conditions.get("own_lr", False), conditions.get("max_epochs", 1.0)
+    if not isinstance(own_lr, bool) or not (max_epochs is None or _number(max_epochs) and max_epochs > 0):
+        raise ClaimsError(f"{where}: conditions own_lr must be true/false and max_epochs a positive number or "
+                          f"null, got {own_lr!r} and {max_epochs!r}")
+    study = entry.get("study", "")
+    protocol = (studies or {}).get(study) if study else {}
+    if protocol is None or study and protocol["experiment"] != entry["experiment"]:
+        raise ClaimsError(f"{where}: study {study!r} is not a study of {entry['experiment']} declared under "
+                          f"`studies`")
+    max_epochs = None if max_epochs is None else float(max_epochs)
+    content = {"experiment": entry["experiment"], "at": at, "pairs": [list(p) for p in pairs],
+               "hypothesis": hypothesis, "statistic": statistic, "margin": margin, "seeds": sorted(seeds),
+               "conditions": {"own_lr": own_lr, "max_epochs": max_epochs},
+               "study": {"name": study, **protocol} if study else None}
+    return Claim(
+        id=entry["id"], claim=entry["claim"], paper=entry["paper"], paper_numbers=entry.get("paper_numbers", ""),
+        experiment=entry["experiment"], hypothesis=hypothesis, pairs=pairs, seeds=tuple(sorted(seeds)),
+        at=tuple(at.items()), statistic=statistic, margin=margin, own_lr=own_lr, max_epochs=max_epochs,
+        note=entry.get("note", ""), study=study, protocol=dict(protocol), digest=digest(content))
+
+
+def _pairs(entry: dict, hypothesis: str, statistic: str, where: str) -> tuple:
+    """The claim's comparisons (row, baseline): its Holm family."""
+    rows = entry.get("rows", [])
+    if not isinstance(rows, list) or not all(isinstance(r, str) and r for r in rows):
+        raise ClaimsError(f"{where}: rows must be a list of row labels, got {rows!r}")
+    if "pairs" in entry:
+        pairs = entry["pairs"]
+        if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) == 2 and
+                                                  all(isinstance(x, str) and x for x in p) for p in pairs):
+            raise ClaimsError(f"{where}: pairs must be a list of [row, baseline] label pairs, got {pairs!r}")
+        if rows or "baseline" in entry or statistic == "sensitivity" or hypothesis == "ordering":
+            raise ClaimsError(f"{where}: pairs replace rows and baseline, and suit neither an ordering nor a "
+                              "sensitivity")
+        found = tuple((a, b) for a, b in pairs)
+    elif hypothesis == "ordering":
+        if len(rows) < 2 or statistic != "delta":
+            raise ClaimsError(f"{where}: an ordering needs at least 2 rows, best first, and statistic delta")
+        found = tuple(zip(rows[:-1], rows[1:]))
+    elif statistic == "sensitivity":
+        if "baseline" in entry:
+            raise ClaimsError(f"{where}: a sensitivity takes rows and no baseline (sensitivity_diff compares two)")
+        found = tuple((r, None) for r in rows)
+    else:
+        if "baseline" not in entry:
+            raise ClaimsError(f"{where}: rows need a baseline (or give pairs)")
+        found = tuple((r, entry["baseline"]) for r in rows)
+    if not found:
+        raise ClaimsError(f"{where}: no comparisons (rows or pairs)")
+    return found
+
+
+def check_consistent(claims: list[Claim], where: str) -> None:
+    """Claims read at the same experiment and column read the same runs: they must declare the same conditions."""
+    groups: dict = {}
+    for c in claims:
+        groups.setdefault((c.experiment, c.at), []).append(c)
+    for (experiment, at), group in groups.items():
+        if len({(c.own_lr, c.max_epochs) for c in group}) > 1:
+            said = "; ".join(f"{c.id}: own_lr {str(c.own_lr).lower()}, max_epochs {c.max_epochs}" for c in group)
+            column = ", ".join(f"{k}={v}" for k, v in at)
+            raise ClaimsError(f"{where}: claims on the same runs ({experiment}{', ' if column else ''}{column}) "
+                              f"declare different conditions ({said}); declare the same conditions for all of them")
+
+
+def check(results_dir) -> None:
+    """Refuse a broken claims file before any job (ClaimsError); a results folder without one is fine."""
+    path = Path(results_dir, CLAIMS_FILE)
+    if path.is_file():
+        load_claims(path)
+
+
+def covering(results_dir, experiment: str) -> dict[str, str]:
+    """claim id -> digest for the declared claims of `experiment`: what a run records at launch. A missing file
+    gives {}; a broken one (refused before any job by `python -m mbexp.train`) a warning and {}."""
+    path = Path(results_dir, CLAIMS_FILE)
+    if not path.is_file():
+        return {}
+    try:
+        claims = load_claims(path)
+    except ClaimsError as err:
+        log.warning("%s; the run records no declaration, so its verdicts will be exploratory", err)
+        return {}
+    return {c.id: c.digest for c in claims if c.experiment == experiment}

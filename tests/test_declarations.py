@@ -1,0 +1,164 @@
+"""Declared claims: the digests a run records at launch, confirmatory vs exploratory verdicts on real runs, and the
+claims file's validation (one line naming the file and the claim)."""
+
+import importlib.util
+import logging
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+from tiny import REPO, clean, mbexp_train, overrides
+
+from mbexp import declarations
+from mbexp.config import compose_config, to_object
+from mbexp.distributed import Dist
+from mbexp.run_state import RunState
+from mbexp.runs import config_hash, run_dir
+from mbexp.trainer import train
+
+RELU, SWIGLU = "layer-pre-relu-matched", "layer-pre-swiglu-matched"
+CLAIM = ("claims:\n  - {{id: glu, claim: {words}, paper: Shazeer 2020, experiment: decl, hypothesis: {hypothesis},\n"
+         "     baseline: {relu}, rows: [{swiglu}], seeds: [0, 1]}}\n")
+
+
+def declare(results, words="SwiGLU beats ReLU", hypothesis="better") -> None:
+    results.mkdir(parents=True, exist_ok=True)
+    text = CLAIM.format(words=words, hypothesis=hypothesis, relu=RELU, swiglu=SWIGLU)
+    (results / "claims.yaml").write_text(text, encoding="utf-8")
+
+
+def launch(tmp, cache) -> list[dict]:
+    """The claim's planned runs, trained for real: two rows, two seeds, ten steps each."""
+    return [train(compose_config(clean(overrides(tmp, cache, f"ffn={ffn}", f"seed={seed}", "name=decl",
+                                                 "train.steps=10"))))
+            for ffn in ("relu", "swiglu") for seed in (0, 1)]
+
+
+def standing(results) -> list[str]:
+    """`make table` (its main, in this process) on the results, then claims.csv's confirmatory/exploratory column."""
+    spec = importlib.util.spec_from_file_location("make_table", REPO / "scripts" / "make_table.py")
+    make_table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_table)
+    assert make_table.main(["--results", str(results), "--no-wandb", "--only", "none"]) == 0
+    return pd.read_csv(results / "tables" / "claims.csv")["standing"].tolist()
+
+
+@pytest.mark.slow
+def test_declared_before_launch_is_confirmatory_until_the_claim_is_edited(tmp_path, cache, one_thread):
+    results = tmp_path / "results"
+    declare(results)
+    digest = declarations.covering(results, "decl")
+    summaries = launch(tmp_path, cache)
+    assert [s["declarations"] for s in summaries] == [digest] * 4 and len(digest["glu"]) == 12
+    assert standing(results) == ["confirmatory"]
+    declare(results, words="SwiGLU beats ReLU (reworded)")  # prose is not part of the digest
+    assert standing(results) == ["confirmatory"]
+    declare(results, hypothesis="worse")  # the test changed after the runs
+    assert standing(results) == ["exploratory"]
+    csv = pd.read_csv(results / "tables" / "claims.csv")
+    assert csv["runs_read"].tolist() == [4] and csv["runs_declared"].tolist() == [0]
+
+
+@pytest.mark.slow
+def test_runs_launched_before_the_declaration_are_exploratory(tmp_path, cache, one_thread):
+    results = tmp_path / "results"
+    assert [s["declarations"] for s in launch(tmp_path, cache)] == [{}] * 4
+    declare(results)
+    assert standing(results) == ["exploratory"]
+
+
+def test_a_resumed_run_keeps_the_declarations_of_its_launch(tmp_path, cache):
+    declare(tmp_path / "results")
+    cfg = to_object(compose_config(clean(overrides(tmp_path, cache, "name=decl"))))
+    run = RunState(cfg, run_dir(cfg), config_hash(cfg), Dist())
+    assert run.declarations == declarations.covering(tmp_path / "results", "decl") != {}
+    state = {"step": 5, "metrics": [], "train_time": 1.0, "wall_time": 1.0, "wandb_id": "w", "early": {},
+             "loss_sum": 0.0, "n_losses": 0, "declarations": {"glu": "launchdigest"}}
+    run.restore(state)
+    assert run.declarations == {"glu": "launchdigest"}
+    run.restore({k: v for k, v in state.items() if k != "declarations"})  # a checkpoint from before declarations
+    assert run.declarations == {}
+
+
+def test_digest_covers_the_test_not_the_prose(tmp_path):
+    entry = {"id": "a", "claim": "x", "paper": "p", "experiment": "e", "hypothesis": "better", "baseline": "b",
+             "rows": ["r"], "seeds": [0, 1, 2]}
+    base = declarations.parse_claim(entry, 0.02, "t").digest
+    assert declarations.parse_claim(entry | {"claim": "y", "note": "n"}, 0.02, "t").digest == base
+    assert declarations.parse_claim(entry | {"conditions": {"max_epochs": 1}}, 0.02, "t").digest == base  # default
+    for change in ({"seeds": [0, 1]}, {"margin": 0.03}, {"rows": ["s"]}, {"at": {"train.steps": 300}},
+                   {"conditions": {"own_lr": True}}, {"hypothesis": "worse"}):
+        assert declarations.parse_claim(entry | change, 0.02, "t").digest != base, change
+    assert declarations.parse_claim(entry, 0.05, "t").digest != base  # the file's default margin decides it too
+    studies = {"s": {"experiment": "e", "lr_grid": [0.001, 0.003], "seeds": [0, 1, 2]}}
+    with_study = declarations.parse_claim(entry | {"study": "s"}, 0.02, "t", studies).digest
+    studies["s"]["lr_grid"] = [0.001]
+    assert declarations.parse_claim(entry | {"study": "s"}, 0.02, "t", studies).digest not in (base, with_study)
+
+
+BAD = {  # what the claims file holds -> what the one error line must say
+    "margin: -1\nclaims: [{id: a, claim: x, paper: p, experiment: e, hypothesis: better, baseline: b, rows: [r], "
+    "seeds: [0]}]\n": "margin must be a positive finite number of nats, got -1",
+    "claims: [{id: a, claim: x, paper: p, experiment: e, hypothesis: better, baseline: b, rows: [r], seeds: [0], "
+    "margin: .nan}]\n": "claim 0 (a): margin must be a positive finite number of nats, got nan",
+    "claims: [{id: a, claim: x, paper: p, experiment: e, hypothesis: better, pairs: [[a]], seeds: [0]}]\n":
+        "claim 0 (a): pairs must be a list of [row, baseline] label pairs, got [['a']]",
+    "claims: [{id: a, claim: x, paper: p, experiment: e, hypothesis: better, baseline: b, rows: [r], seeds: [0], "
+    "colour: red}]\n": "claim 0 (a): unknown keys ['colour']",
+    "claims: [{id: a, claim: x, paper: p, experiment: e, hypothesis: better, baseline: b, rows: [r], seeds: [0], "
+    "study: s}]\n": "claim 0 (a): study 's' is not a study of e declared under `studies`",
+    "claims:\n- {id: a, claim: x, paper: p, experiment: e, hypothesis: better, baseline: b, rows: [r], seeds: [0], "
+    "conditions: {own_lr: true}}\n- {id: b, claim: x, paper: p, experiment: e, hypothesis: worse, baseline: b, "
+    "rows: [r], seeds: [0], conditions: {own_lr: false}}\n":
+        "claims on the same runs (e) declare different conditions (a: own_lr true, max_epochs 1.0; b: own_lr false",
+}
+
+
+@pytest.mark.parametrize("text", BAD)
+def test_a_bad_claims_file_is_one_line_naming_the_file_and_the_claim(tmp_path, text):
+    path = tmp_path / "claims.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(declarations.ClaimsError) as err:
+        declarations.load_claims(path)
+    assert str(err.value).startswith(f"claims file {path}") and BAD[text] in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_a_latin1_byte_is_named_with_its_line_and_claim(tmp_path):
+    path = tmp_path / "claims.yaml"
+    path.write_bytes(b"claims:\n  - id: first\n    claim: ok\n  - id: second\n    claim: caf\xe9\n")
+    with pytest.raises(declarations.ClaimsError, match=r"byte 0xe9 on line 5 \(claim second\) is not UTF-8"):
+        declarations.load_claims(path)
+
+
+def test_a_broken_claims_file_warns_at_launch_and_records_nothing(tmp_path, caplog):
+    (tmp_path / "claims.yaml").write_text("claims: [{id: a}]\n", encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        assert declarations.covering(tmp_path, "e") == {}
+    assert "missing keys" in caplog.text and "exploratory" in caplog.text
+    assert declarations.covering(tmp_path / "none", "e") == {}  # no claims file: nothing declared
+
+
+@pytest.mark.parametrize("tool", ["make_table", "report", "train"])
+def test_tools_refuse_a_bad_claims_file_with_exit_2(tmp_path, tool):
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "claims.yaml").write_text("margin: -1\nclaims: [{id: a}]\n", encoding="utf-8")
+    if tool == "train":
+        done = mbexp_train([f"results_dir={results}", "+experiment=smoke", "logger=none"], timeout=120)
+    else:
+        script = [str(REPO / "scripts" / "make_table.py"), "--no-wandb"] if tool == "make_table" else \
+            ["-m", "mbexp.analysis.report", "--check"]
+        done = subprocess.run([sys.executable, *script, "--results", str(results)], capture_output=True, text=True,
+                              cwd=REPO, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"error: claims file {results / 'claims.yaml'}: margin must be")
+    assert "Traceback" not in done.stderr and sorted(p.name for p in results.iterdir()) == ["claims.yaml"]
+
+
+def test_tokens_per_s_median_is_a_true_median(tmp_path, cache):
+    cfg = to_object(compose_config(clean(overrides(tmp_path, cache))))
+    run = RunState(cfg, tmp_path, config_hash(cfg), Dist())
+    run.records = [{"step": i, "train_loss": 5.0, "tokens_per_s": r} for i, r in enumerate([1.0, 10.0, 3.0, 2.0])]
+    assert run.write_summary("running")["tokens_per_s_median"] == 2.5  # not the upper median, 3.0
