@@ -17,15 +17,16 @@ from mbexp.runs import RunLock, run_dir
 
 LAUNCHERS = {"joblib": ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"],
              "submitit_local": ["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10"]}
-SEEDS = ",".join(map(str, range(130)))  # 130 seeds x 2 x 2 = 520 combinations, just over MAX_COMBINATIONS
+SEEDS = ",".join(map(str, range(12)))
+RATES = ",".join(f"{k}e-4" for k in range(1, 13))  # 2 x 2 x 12 seeds x 12 rates = 576 combinations
 
 
 def test_a_sweep_over_512_combinations_checks_each_value_beside_the_others_first():
     assert cli.MAX_COMBINATIONS == 512
     # n_heads=3 is impossible only beside d_model=32, the second d_model: checked beside the first, 48, it passes
-    args = ["model.d_model=48,32", "model.n_heads=2,3", f"seed={SEEDS}"]
+    args = ["model.d_model=48,32", "model.n_heads=2,3", f"seed={SEEDS}", f"optim.lr={RATES}"]
     configs = cli.check_config(args)
-    assert len(configs) == 1 + 2 + 2 + 130  # the base, then each value of each list beside the others' first
+    assert len(configs) == 1 + 2 + 2 + 12 + 12  # the base, then each value of each list beside the others' first
     assert {(c.model.d_model, c.model.n_heads) for c in configs[1:]} == {(32, 2), (48, 2), (48, 3)}
     with pytest.raises(ConfigError, match="model.d_model=32 is not divisible by model.n_heads=3"):
         cli.check_config(args[:2])  # 4 combinations: each checked as it will run
