@@ -14,7 +14,7 @@ PYTHON_WHEELS ?= $(shell for p in python$(PY) $(HOME)/.pyenv/versions/$(PY)*/bin
 
 .DEFAULT_GOAL := help
 .PHONY: help install test test-fast lint quickstart table report data bench gpu-check wheelhouse check-wheelhouse \
-        grad-at-init clean clean-runs
+        grad-at-init clean clean-runs mutants
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -37,6 +37,9 @@ test-fast: install ## the test suite without the tests marked slow (real sweeps,
 
 lint: install ## ruff check of the package, scripts and tests
 	$(BIN)/ruff check mbexp scripts tests
+
+mutants: install ## mutation check: each declared break of the core must fail its tests (ARGS=--only NAME,...)
+	$(BIN)/python scripts/mutants.py $(ARGS)
 
 quickstart: install ## set up, run the quickstart sweep on the embedded corpus, print its table
 	$(BIN)/python -m mbexp.train -m +experiment=quickstart

@@ -145,6 +145,10 @@ def test_slow_start_rule():
     assert stats.slow_starts(early) == [3]
     assert stats.slow_starts(early.drop([0, 1])) == []  # two other seeds: no median worth the name, no flag
     assert stats.slow_starts(pd.Series([5.0, 5.0, 5.0, 4.0])) == []  # one-sided: a fast start is not flagged
+    # the threshold: others 5.00..5.04 (median 5.02, MAD 0.01, robust SD 0.014826); 6 SDs above flags, 4 does not
+    others, sd = [5.00, 5.01, 5.02, 5.03, 5.04], 1.4826 * 0.01
+    assert stats.slow_starts(pd.Series([*others, 5.02 + 6 * sd])) == [5]
+    assert stats.slow_starts(pd.Series([*others, 5.02 + 4 * sd])) == []
 
 
 def test_claims_file_errors_are_one_line(tmp_path):
@@ -155,7 +159,9 @@ def test_claims_file_errors_are_one_line(tmp_path):
     sweep(tmp_path)
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "make_table.py"), "--no-wandb", "--results",
                            str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert done.returncode != 0 and done.stderr.startswith("error: ") and "Traceback" not in done.stderr
+    assert done.returncode == 1 and not (tmp_path / "tables").exists()
+    assert done.stderr.splitlines() == [f"error: {bad} claim 0 (x): hypothesis must be one of better, worse, "
+                                        "equivalent, ordering and statistic one of delta, sensitivity"]
 
 
 def test_make_table_writes_the_claims_table(tmp_path):

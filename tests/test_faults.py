@@ -323,17 +323,42 @@ def test_a_diverged_run_writes_strict_json(tmp_path, cache):
         json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in strict JSON"))
 
 
+# a cache build that stalls after its first chunk of train.bin, the temporary file open: the test SIGKILLs it there
+STALLED_BUILD = """
+import sys, time
+from mbexp import data
+from mbexp.config import DataConfig
+batches = data._batches
+def stalled(docs, chunk):
+    for batch in batches(docs, chunk):
+        yield batch
+        time.sleep(600)
+data._batches = stalled
+data.prepare(DataConfig(name="text", path=sys.argv[1], vocab_size=300, cache_dir=sys.argv[2]), seq_len=16)
+"""
+
+
 def test_a_cache_build_killed_mid_write_leaves_no_temporary_file(tmp_path, capsys):
     cfg = DataConfig(name="text", path=str(text_file(tmp_path)), vocab_size=300, cache_dir=str(tmp_path / "cache"))
+    proc = subprocess.Popen([sys.executable, "-c", STALLED_BUILD, cfg.path, cfg.cache_dir], cwd=REPO,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not list(Path(cfg.cache_dir).glob("**/.train.bin.*.tmp")):
+        assert proc.poll() is None and time.time() < deadline, "the build never reached train.bin"
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait(timeout=60)
+    [orphan] = Path(cfg.cache_dir).glob("**/.train.bin.*.tmp")
+    assert not (orphan.parent / "meta.json").exists()  # an incomplete cache: no meta.json
     built = data.prepare(cfg, seq_len=16)
-    orphan = built.path / ".train.bin.abc123.tmp"  # what SIGKILL during encode() leaves behind
-    orphan.write_bytes(b"half")
+    assert built.path == orphan.parent and not list(built.path.glob(".*.tmp"))
+    clean = data.prepare(DataConfig(**{**vars(cfg), "cache_dir": str(tmp_path / "clean")}), seq_len=16)
+    assert (built.path / "train.bin").read_bytes() == (clean.path / "train.bin").read_bytes()
     (built.path / "train.bin").write_bytes(b"damaged")
     capsys.readouterr()
     data.prepare(cfg, seq_len=16)
     warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1 and "is damaged" in warnings[0], "the damage is reported once"
-    assert not list(built.path.glob(".*.tmp"))
 
 
 def test_a_hub_corpus_fingerprint_follows_its_content(tmp_path, monkeypatch):

@@ -5,7 +5,8 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from mbexp.config import NormConfig
+from mbexp.config import NormConfig, compose_config, model_spec, to_object
+from mbexp.model import DecoderLM
 from mbexp.model.norms import NORMS, OPTION_DEFAULTS, DyT, LayerNorm, RMSNorm, build_norm
 
 X = torch.tensor([2.0, -1.0, 0.0, 3.0])
@@ -28,18 +29,27 @@ def test_worked_example_rmsnorm():
     assert torch.allclose(out, torch.tensor([1.0690, -0.5345, 0.0000, 1.6036]), atol=5e-5)
 
 
+def _by_hand(x: torch.Tensor, norm: torch.nn.Module, *, centre: bool) -> torch.Tensor:
+    """docs/model.md's formula in float64, written out: (x − mean) / sqrt(var + eps) · g (+ b); RMS: no mean."""
+    x64 = x.double()
+    mean = x64.mean(-1, keepdim=True) if centre else 0.0
+    var = (x64 - mean).pow(2).mean(-1, keepdim=True)
+    bias = norm.bias.double() if getattr(norm, "bias", None) is not None else 0.0
+    return (x64 - mean) / torch.sqrt(var + norm.eps) * norm.weight.double() + bias
+
+
+# a spread of 1e-3 (variance 1e-6, against eps 1e-5): dropping eps changes the output about threefold
+@pytest.mark.parametrize("scale", [2.0, 1e-3])
 @pytest.mark.parametrize("bias", [False, True])
-def test_layernorm_matches_torch(bias):
+def test_layernorm_matches_torch(bias, scale):
     gen = torch.Generator().manual_seed(0)
     norm = LayerNorm(48, eps=1e-5, bias=bias)
     _randomise(norm, gen)
-    x = torch.randn(3, 7, 48, generator=gen) * 2 + 0.5
-    ref = F.layer_norm(x, (48,), norm.weight, norm.bias, 1e-5)
-    assert torch.allclose(norm(x), ref, atol=1e-6)
-    # and the formula of docs/model.md, written out
-    mean, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
-    by_hand = (x - mean) / torch.sqrt(var + 1e-5) * norm.weight + (norm.bias if bias else 0)
-    assert torch.allclose(norm(x), by_hand, atol=1e-5)
+    x = (torch.randn(3, 7, 48, generator=gen) + 0.25) * scale  # an offset, so that centring matters
+    assert torch.allclose(norm(x).double(), _by_hand(x, norm, centre=True), rtol=1e-4, atol=1e-5)
+    ref = torch.nn.LayerNorm(48, eps=1e-5, bias=bias)
+    ref.load_state_dict(norm.state_dict())
+    assert torch.allclose(norm(x), ref(x), atol=1e-5)
 
 
 def test_layernorm_bias_is_used():
@@ -51,15 +61,14 @@ def test_layernorm_bias_is_used():
     assert LayerNorm(8).bias is None  # no bias by default (Llama/T5 convention)
 
 
-def test_rmsnorm_matches_torch():
+@pytest.mark.parametrize("scale", [2.0, 1e-3])
+def test_rmsnorm_matches_torch(scale):
     gen = torch.Generator().manual_seed(2)
     norm = RMSNorm(48, eps=1e-5)
     _randomise(norm, gen)
-    x = torch.randn(3, 7, 48, generator=gen) * 2 + 0.5
-    ref = F.rms_norm(x, (48,), norm.weight, 1e-5)
-    assert torch.allclose(norm(x), ref, atol=1e-6)
-    by_hand = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * norm.weight
-    assert torch.allclose(norm(x), by_hand, atol=1e-5)
+    x = torch.randn(3, 7, 48, generator=gen) * scale
+    assert torch.allclose(norm(x).double(), _by_hand(x, norm, centre=False), rtol=1e-4, atol=1e-6)
+    assert torch.allclose(norm(x), F.rms_norm(x, (48,), norm.weight, 1e-5), rtol=1e-4, atol=1e-6)
 
 
 def test_rms_equals_layer_on_zero_mean_input():
@@ -129,3 +138,13 @@ def test_dyt_formula_and_its_learnable_alpha():
     norm(x).sum().backward()
     assert norm.alpha.grad is not None and norm.alpha.grad.abs() > 0
     assert norm(1e4 * x).abs().max() <= (norm.weight.abs() + norm.bias.abs()).max() + 1e-5, "tanh squashes"
+
+
+@pytest.mark.parametrize("norm", ["layer", "rms"])
+def test_norm_eps_reaches_every_norm_of_the_model(norm):
+    cfg = to_object(compose_config([f"norm={norm}", "norm.eps=0.125", "model.d_model=16", "model.n_layers=2",
+                                    "model.n_heads=2"]))
+    norms = [m for m in DecoderLM(model_spec(cfg, 64)).modules() if isinstance(m, NORMS[norm])]
+    assert len(norms) >= 2 * 2 and {m.eps for m in norms} == {0.125}
+    x = torch.full((1, 16), 0.01) + torch.arange(16) * 1e-3  # variance far below eps: eps decides the output
+    assert torch.allclose(norms[0](x).double(), _by_hand(x, norms[0], centre=norm == "layer"), rtol=1e-4, atol=1e-6)

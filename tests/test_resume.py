@@ -144,8 +144,13 @@ def test_changed_config_value_gets_its_own_directory_and_skips_nothing(tmp_path,
 
 def test_force_reruns_a_finished_run(tmp_path, cache):
     a = train(compose_config(clean(overrides(tmp_path, cache))))
+    directory = the_run_dir(tmp_path, cache)
+    # mark the stored files: a skip would hand back this summary and leave the emptied metrics as they are
+    (directory / "summary.json").write_text(json.dumps({**a, "wall_time_s": -1.0}))
+    (directory / "metrics.jsonl").write_text("")
     b = train(compose_config(clean(overrides(tmp_path, cache, "force=true"))))
-    assert b["status"] == "completed"
+    assert b["status"] == "completed" and b["wall_time_s"] > 0, "force=true skipped the finished run"
+    assert json.loads((directory / "summary.json").read_text())["wall_time_s"] == b["wall_time_s"]
     assert b["final_val_loss"] == pytest.approx(a["final_val_loss"], abs=1e-4)
     steps = [s for s, _ in losses(the_run_dir(tmp_path, cache))[0]]
     assert steps == list(range(5, 31, 5)), "metrics rewritten from step 0, not appended"

@@ -93,9 +93,11 @@ def test_the_record_is_per_machine_and_shape_and_keeps_each_precisions_measureme
         assert speed.measured(tmp_path, CPU, spec, 16) == {}
 
 
-def test_a_run_follows_the_record_for_its_shape(tmp_path, cache):
+def test_a_run_follows_the_record_for_its_shape(tmp_path, cache, monkeypatch):
     """The trainer looks the record up under the key the bench writes: a record that says the opposite of the
-    rule (bf16 slower here, or faster on a CPU without native bf16) decides precision=auto in a real run."""
+    rule (bf16 slower here, or faster on a CPU without native bf16) decides precision=auto in a real run, and a
+    record of eager faster keeps compile=auto eager where the step-count rule alone would compile."""
+    monkeypatch.setattr(speed, "COMPILE_MIN_STEPS", {("cpu", "fp32"): 1, ("cpu", "bf16"): 1})
     args = clean(overrides(tmp_path, cache, "precision=auto", "compile=auto", "train.steps=2", "train.eval_every=2",
                            "device=cpu"))
     cfg = to_object(compose_config(args))

@@ -2,7 +2,9 @@
 
 import csv
 import json
+import math
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +12,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from scipy import stats as scipy_stats
 from tiny import REPO, mbexp_train, overrides, summaries
 from wandb_files import offline_runs
 
@@ -78,8 +81,20 @@ def test_rows_at_their_validation_chosen_lr_report_test(sweep, made):
         assert float(table[ffn]["tuned"]) == best and table[ffn]["tried"] == "2"
         assert float(table[ffn]["final_mean"]) == pytest.approx(sum(test) / 2, abs=1e-6)
         assert float(table[ffn]["flops_per_token"]) == mine[0]["flops_per_token"]
-    assert table["swiglu"]["ci_method"] == "paired" and table["swiglu"]["mark"] in ("better", "worse", "not resolved",
-                                                                                     "equivalent")  # fmt: skip
+    # swiglu against the relu baseline, each at its chosen lr: the paired test and TOST by scipy, one comparison
+    chosen = {ffn: {s["seed"]: s["final_test_loss"] for s in runs if s["axes"]["ffn"] == ffn
+                    and s["identity"]["optim.lr"] == float(table[ffn]["tuned"])} for ffn in ("relu", "swiglu")}
+    diffs = [chosen["swiglu"][seed] - chosen["relu"][seed] for seed in (0, 1)]
+    paired = scipy_stats.ttest_1samp(diffs, 0.0)
+    se = statistics.stdev(diffs) / math.sqrt(2)
+    tost = max(scipy_stats.t.sf((statistics.mean(diffs) + 0.05) / se, 1),
+               scipy_stats.t.cdf((statistics.mean(diffs) - 0.05) / se, 1))
+    mark = ("better" if diffs[0] < 0 else "worse") if paired.pvalue < 0.05 else \
+        "equivalent" if tost < 0.05 else "not resolved"
+    assert table["swiglu"]["ci_method"] == "paired" and table["swiglu"]["mark"] == mark
+    assert float(table["swiglu"]["delta"]) == pytest.approx(statistics.mean(diffs), abs=1e-6)
+    assert float(table["swiglu"]["p_holm"]) == pytest.approx(paired.pvalue, rel=1e-4)
+    assert float(table["swiglu"]["tost_p_holm"]) == pytest.approx(tost, rel=1e-4)
 
 
 def test_budget_sweep_gives_budget_columns(sweep, made):

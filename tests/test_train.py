@@ -16,6 +16,7 @@ from wandb_files import offline_runs
 from mbexp.config import compose_config, to_object
 from mbexp.data import prepare
 from mbexp.runs import run_dir
+from mbexp.schedule import lr_at
 from mbexp.trainer import train
 
 SUMMARY_FIELDS = {
@@ -161,3 +162,17 @@ def test_tokens_per_s_leaves_out_the_warm_up_step_and_a_short_run_stays_eager(tm
     assert all(r["tokens_per_s"] > 0 for r in trains[1:])
     assert summary["tokens_per_s"] > 0 and summary["tokens_seen"] == 4 * 8 * 32
     assert summary["compiled"] is False and summary["compile_s"] is None  # compile=auto: 4 CPU steps stay eager
+
+
+def test_every_logged_lr_follows_the_schedule_with_its_warmup_and_floor(tmp_path, cache):
+    """Record k (after optimiser step k − 1) logs lr_at(k − 1): the warm-up ramp, the cosine, the floor."""
+    _, directory = run(tmp_path, cache, "train.steps=12", "train.log_every=1", "train.eval_every=12",
+                       "optim.warmup_steps=4", "optim.lr=0.01", "optim.min_lr_ratio=0.25", "optim.schedule=cosine")
+    logged = [(r["step"], r["lr"]) for r in metrics(directory) if "lr" in r]
+    assert [s for s, _ in logged] == list(range(1, 13))
+    expected = [lr_at(s - 1, lr=0.01, warmup_steps=4, total_steps=12, min_lr_ratio=0.25) for s, _ in logged]
+    assert [lr for _, lr in logged] == pytest.approx(expected, rel=1e-12)
+    # and by hand: the ramp 1/4 .. 4/4 of the peak, then the cosine down to the floor 0.25 · 0.01 at the last step
+    assert [lr for _, lr in logged[:4]] == pytest.approx([0.0025, 0.005, 0.0075, 0.01])
+    assert logged[6][1] == pytest.approx(0.0025 + 0.0075 * 0.5 * (1 + math.cos(math.pi * 2 / 7)))
+    assert logged[-1][1] == pytest.approx(0.0025)

@@ -1,0 +1,205 @@
+"""Mutation check: apply each declared single-line break of the core to a copy of the repository, run the tests
+that should catch it there (golden tests never among them), and print caught / missed and a score.
+
+    python scripts/mutants.py                 # every mutant (make mutants)
+    python scripts/mutants.py --only force,slow_k --keep
+"""
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# tests/test_reference_results.py compares with committed outputs: stability, not correctness
+GOLDEN = "not regenerates and not what_make_report_writes and not reproduces_its_committed"
+COPY_IGNORE = (".git", ".venv", "__pycache__", ".pytest_cache", ".ruff_cache", "wandb", "data_cache", "*.egg-info",
+               "wheelhouse")
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    path: str  # relative to the repository root
+    old: str  # must occur exactly once in the file
+    new: str
+    tests: tuple  # pytest node ids or files
+
+
+T = "tests/"
+LR = T + "test_train.py::test_every_logged_lr_follows_the_schedule_with_its_warmup_and_floor"
+TABLE = (T + "test_table_rules.py", T + "test_table.py")
+CLAIMS = (T + "test_claim_rules.py", T + "test_claims.py")
+SCALING = (T + "test_scaling_rules.py", T + "test_scaling.py")
+MUTANTS = [
+    # the issue's eleven: each was caught only by a golden test, by chance, or not at all
+    Mutant("force_ignored", "mbexp/run_state.py", "if force or not summary or", "if not summary or",
+           (T + "test_resume.py::test_force_reruns_a_finished_run",)),
+    Mutant("constant_lr", "mbexp/trainer.py", "warmup_steps=o.warmup_steps, total_steps=steps, schedule=o.schedule,",
+           'warmup_steps=0, total_steps=steps, schedule="constant",', (LR,)),
+    Mutant("min_lr_ratio_0", "mbexp/trainer.py", "min_lr_ratio=o.min_lr_ratio)", "min_lr_ratio=0.0)", (LR,)),
+    Mutant("no_warmup", "mbexp/trainer.py", "warmup_steps=o.warmup_steps, total_steps=steps",
+           "warmup_steps=0, total_steps=steps", (LR,)),
+    Mutant("agrees_if_any_supports", "mbexp/analysis/claims.py", 'return "agrees" if all(o == "supports"',
+           'return "agrees" if any(o == "supports"', CLAIMS),
+    Mutant("planned_verdict_on_all_seeds", "mbexp/analysis/claims.py",
+           "planned = family(claim, table, value, seeds=set(claim.seeds))", "planned = family(claim, table, value)",
+           CLAIMS),
+    Mutant("tost_not_holm", "mbexp/analysis/table.py", 'delta["tost_p_holm"] = stats.holm(delta["tost_p"])',
+           'delta["tost_p_holm"] = delta["tost_p"]', TABLE),
+    Mutant("ci90_at_95", "mbexp/analysis/table.py", "narrow = stats.compare(losses, base_losses, level=0.90)",
+           "narrow = stats.compare(losses, base_losses, level=0.95)", TABLE),
+    Mutant("bootstrap_one_draw_per_point", "mbexp/analysis/scaling.py", "rng.choice(pool, len(s)).mean()",
+           "rng.choice(pool, 1).mean()", (T + "test_scaling_rules.py",)),
+    Mutant("slow_k_10", "mbexp/analysis/stats.py", "SLOW_K = 5.0", "SLOW_K = 10.0",
+           (T + "test_claims.py::test_slow_start_rule", T + "test_stats.py")),
+    Mutant("rmsnorm_without_eps", "mbexp/model/norms.py", "xf.pow(2).mean(-1, keepdim=True) + self.eps)",
+           "xf.pow(2).mean(-1, keepdim=True))", (T + "test_norms.py",)),
+    # statistics
+    Mutant("holm_is_bonferroni", "mbexp/analysis/stats.py", "min(1.0, (m - rank) * p[i])", "min(1.0, m * p[i])",
+           (T + "test_stats.py",)),
+    Mutant("holm_not_monotone", "mbexp/analysis/stats.py", "running = max(running, min(1.0, (m - rank) * p[i]))",
+           "running = min(1.0, (m - rank) * p[i])", (T + "test_stats.py",)),
+    Mutant("welch_df", "mbexp/analysis/stats.py", "vb**2 / (len(b) - 1))", "vb**2 / len(b))", (T + "test_stats.py",)),
+    Mutant("paired_ddof_0", "mbexp/analysis/stats.py", "diff.var(ddof=1)", "diff.var(ddof=0)", (T + "test_stats.py",)),
+    Mutant("tost_min", "mbexp/analysis/stats.py", "return float(max(p_low, p_high))",
+           "return float(min(p_low, p_high))", (T + "test_stats.py",)),
+    Mutant("mark_sign", "mbexp/analysis/stats.py", '"better" if delta < 0 else "worse"',
+           '"better" if delta > 0 else "worse"', (T + "test_stats.py",)),
+    Mutant("ties_choose_last", "mbexp/analysis/stats.py", "return min(finite, key=finite.get)",
+           "return min(reversed(finite), key=finite.get)", (T + "test_stats.py", T + "test_table_rules.py")),
+    Mutant("slow_start_raw_mad", "mbexp/analysis/stats.py", "spread = 1.4826 * (others - centre)",
+           "spread = (others - centre)", (T + "test_claims.py::test_slow_start_rule",)),
+    Mutant("tokens_per_s_mean", "mbexp/analysis/table.py", 'done["tokens_per_s_median"].median()',
+           'done["tokens_per_s_median"].mean()', (T + "test_table_rules.py",)),
+    # schedule
+    Mutant("warmup_off_by_one", "mbexp/schedule.py", "return lr * (step + 1) / warmup_steps",
+           "return lr * step / warmup_steps", (T + "test_rules.py",)),
+    Mutant("decay_misses_floor", "mbexp/schedule.py", "max(1, total_steps - 1 - warmup_steps)",
+           "max(1, total_steps - warmup_steps)", (T + "test_rules.py",)),
+    # identity and resume
+    Mutant("seed_in_identity", "mbexp/runs.py", 'NOT_IDENTITY = ("seed", "name",', 'NOT_IDENTITY = ("name",',
+           (T + "test_rules.py",)),
+    Mutant("added_later_always_dropped", "mbexp/runs.py", "if key not in without and flat.get(key) == old:",
+           "if key not in without:", (T + "test_rules.py",)),
+    Mutant("resume_ignores_checkpoint", "mbexp/trainer.py",
+           "state = None if cfg.force else checkpoint.load(directory, config_hash=chash)", "state = None",
+           (T + "test_resume.py::test_damaged_checkpoint_falls_back_or_restarts",)),
+    # norms and the width rule
+    Mutant("layernorm_without_eps", "mbexp/model/norms.py", "self.weight, self.bias, self.eps)",
+           "self.weight, self.bias, 0.0)", (T + "test_norms.py",)),
+    Mutant("norm_eps_not_passed", "mbexp/model/decoder.py", "build_norm(self.norm, dim, eps=self.norm_eps,",
+           "build_norm(self.norm, dim, eps=1e-5,", (T + "test_norms.py",)),
+    Mutant("two_matrix_width_3d", "mbexp/model/ffn.py", "if gated_width else 4 * d_model",
+           "if gated_width else 3 * d_model", (T + "test_ffn.py",)),
+    Mutant("width_rounds_to_nearest", "mbexp/model/ffn.py", "multiple_of * math.ceil(d_ff / multiple_of)",
+           "multiple_of * round(d_ff / multiple_of)", (T + "test_ffn.py",)),
+    # ladders
+    Mutant("crossover_sign", "mbexp/analysis/scaling.py", "/ (curve.alpha - base.alpha)",
+           "/ (base.alpha - curve.alpha)", SCALING),
+    Mutant("trend_ratio_inverted", "mbexp/analysis/scaling.py", "ratio = (m[last] / m[first],",
+           "ratio = (m[first] / m[last],", (T + "test_scaling_rules.py",)),
+]
+
+
+def pytest_args(tests) -> list[str]:
+    return [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", "not slow", "-k", GOLDEN,
+            *tests]
+
+
+def run_tests(copy: Path, tests, timeout: int) -> tuple[int | None, str]:
+    """pytest's exit code (None: timed out) and its output, run in the copy with the copy first on the path."""
+    env = {**os.environ, "PYTHONPATH": str(copy)}
+    try:
+        done = subprocess.run(pytest_args(tests), cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, ""
+    return done.returncode, done.stdout + done.stderr
+
+
+def first_failure(output: str) -> str:
+    found = re.search(r"^(?:FAILED|ERROR) (\S+)", output, re.M)
+    return found.group(1) if found else "?"
+
+
+def check(mutant: Mutant, copy: Path, timeout: int) -> tuple[str, str]:
+    """(outcome, detail): caught (the failing test), missed, or error (snippet not found once, no tests ran)."""
+    path = copy / mutant.path
+    text = path.read_text(encoding="utf-8")
+    if text.count(mutant.old) != 1:
+        return "error", f"snippet found {text.count(mutant.old)} times in {mutant.path}: {mutant.old!r}"
+    path.write_text(text.replace(mutant.old, mutant.new), encoding="utf-8")
+    try:
+        code, output = run_tests(copy, mutant.tests, timeout)
+    finally:
+        path.write_text(text, encoding="utf-8")
+    if code is None:
+        return "caught", f"timed out after {timeout} s"
+    if code == 0:
+        return "missed", ""
+    if code in (1, 2):  # tests failed, or collection broke (the mutant does not import)
+        return "caught", first_failure(output)
+    return "error", f"pytest exited {code} (no tests collected?)\n{output[-800:]}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", help="comma-separated mutant names (default: all)")
+    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the unmutated run of the selected tests")
+    parser.add_argument("--timeout", type=int, default=900, help="seconds per mutant's tests (default: 900)")
+    parser.add_argument("--min-score", type=float, default=0.9, help="exit 1 below this share caught (default 0.9)")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary copy of the repository")
+    args = parser.parse_args(argv)
+    mutants = MUTANTS
+    if args.only:
+        names = args.only.split(",")
+        unknown = sorted(set(names) - {m.name for m in MUTANTS})
+        if unknown:
+            print(f"error: --only {', '.join(unknown)}: no such mutant; see --list", file=sys.stderr)
+            return 2
+        mutants = [m for m in MUTANTS if m.name in names]
+    if args.list:
+        for m in mutants:
+            print(f"{m.name:32} {m.path}: {m.old!r} -> {m.new!r}")
+        return 0
+    tmp = Path(tempfile.mkdtemp(prefix="mbexp-mutants-"))
+    copy = tmp / "repo"
+    shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(*COPY_IGNORE), symlinks=True)
+    try:
+        return _run(mutants, copy, args)
+    finally:
+        if args.keep:
+            print(f"copy kept at {copy}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run(mutants: list[Mutant], copy: Path, args) -> int:
+    if not args.no_baseline:
+        tests = list(dict.fromkeys(t for m in mutants for t in m.tests))
+        code, output = run_tests(copy, tests, args.timeout * 2)
+        if code != 0:
+            print(f"error: the selected tests fail without any mutant ({first_failure(output or '')}); fix them first",
+                  file=sys.stderr)
+            return 2
+    counts = {"caught": 0, "missed": 0, "error": 0}
+    for m in mutants:
+        started = time.monotonic()
+        outcome, detail = check(m, copy, args.timeout)
+        counts[outcome] += 1
+        print(f"{outcome:7} {m.name:32} {time.monotonic() - started:5.0f} s  {detail}", flush=True)
+    score = counts["caught"] / len(mutants)
+    print(f"score: {counts['caught']} of {len(mutants)} caught ({score:.0%}); {counts['missed']} missed, "
+          f"{counts['error']} errors")
+    return 0 if score >= args.min_score and not counts["error"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

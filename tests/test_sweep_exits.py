@@ -1,0 +1,69 @@
+"""Sweeps: the pre-check of a sweep beyond MAX_COMBINATIONS, and exits 3 and 130 under the joblib and submitit
+launchers (docs/troubleshooting.md)."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from test_exit_codes import SHORT, error_lines
+from tiny import REPO, clean, mbexp_train, overrides, summaries
+
+from mbexp import train as cli
+from mbexp.config import ConfigError, compose_config, to_object
+from mbexp.runs import RunLock, run_dir
+
+LAUNCHERS = {"joblib": ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"],
+             "submitit_local": ["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10"]}
+SEEDS = ",".join(map(str, range(12)))
+RATES = ",".join(f"{k}e-4" for k in range(1, 13))  # 2 x 2 x 12 seeds x 12 rates = 576 combinations
+
+
+def test_a_sweep_over_512_combinations_checks_each_value_beside_the_others_first():
+    assert cli.MAX_COMBINATIONS == 512
+    # n_heads=3 is impossible only beside d_model=32, the second d_model: checked beside the first, 48, it passes
+    args = ["model.d_model=48,32", "model.n_heads=2,3", f"seed={SEEDS}", f"optim.lr={RATES}"]
+    configs = cli.check_config(args)
+    assert len(configs) == 1 + 2 + 2 + 12 + 12  # the base, then each value of each list beside the others' first
+    assert {(c.model.d_model, c.model.n_heads) for c in configs[1:]} == {(32, 2), (48, 2), (48, 3)}
+    with pytest.raises(ConfigError, match="model.d_model=32 is not divisible by model.n_heads=3"):
+        cli.check_config(args[:2])  # 4 combinations: each checked as it will run
+    with pytest.raises(ConfigError, match="train.steps"):
+        cli.check_config([*args, "train.steps=30,0"])  # a value bad on its own still stops the large sweep
+
+
+def sweep(tmp, cache, launcher: str, *extra: str) -> list[str]:
+    return ["-m", *LAUNCHERS[launcher], f"hydra.sweep.dir={tmp}/multirun", *clean(overrides(tmp, cache, *SHORT)),
+            "seed=0,1", *extra]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_a_sweep_with_a_run_held_by_another_process_exits_3(tmp_path, cache, launcher):
+    held = run_dir(to_object(compose_config([*clean(overrides(tmp_path, cache, *SHORT)), "seed=1"])))
+    with RunLock(held):
+        proc = mbexp_train(sweep(tmp_path, cache, launcher))
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    (line,) = error_lines(proc.stderr)
+    assert f"run {held} is being trained by another process" in line and "the sweep ran its other runs" in line
+    assert [(s["seed"], s["status"]) for s in summaries(tmp_path / "results")] == [(0, "completed")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_ctrl_c_during_a_sweep_exits_130_and_keeps_the_checkpoint(tmp_path, cache, launcher):
+    args = sweep(tmp_path, cache, launcher, "train.steps=100000", "train.log_every=1", "train.checkpoint_every=5",
+                 "hydra.launcher.n_jobs=1" if launcher == "joblib" else "")
+    proc = subprocess.Popen([sys.executable, "-m", "mbexp.train", *clean(args)], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 180
+    while not list((tmp_path / "results").glob("runs/**/checkpoint*.pt")):  # a job is training: Ctrl-C now
+        assert proc.poll() is None and time.monotonic() < deadline, "no job got going"
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the terminal's whole process group
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 130, err[-3000:]
+    assert "interrupted: the runs' checkpoints are kept" in err
+    assert list((tmp_path / "results").glob("runs/**/checkpoint*.pt")), "the checkpoint is kept"

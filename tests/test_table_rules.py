@@ -1,0 +1,114 @@
+"""The table's documented rules (docs/table.md), each against an independent value: scipy, a hand calculation."""
+
+import importlib.util
+import math
+import statistics
+
+import pandas as pd
+import pytest
+from scipy import stats as scipy_stats
+from test_table import BASE, ROOT, write_run
+
+from mbexp.analysis import figures, table
+
+BASE_LOSS = [5.00, 5.30, 4.90, 5.10]
+ROWS = {"layer-pre-swiglu-matched": [4.99, 5.31, 4.905, 5.095], "layer-pre-gelu-matched": [5.01, 5.28, 4.92, 5.11],
+        "layer-pre-geglu-matched": [4.998, 5.302, 4.899, 5.101]}
+
+
+def three_rows(results) -> pd.DataFrame:
+    for seed, base in enumerate(BASE_LOSS):
+        write_run(results, BASE, seed=seed, final=base, test=base)
+        for row, values in ROWS.items():
+            write_run(results, row, seed=seed, final=values[seed], test=values[seed])
+    return table.build_tables(results)["quick"].rows.set_index("label")
+
+
+def holm_by_hand(p: list[float]) -> list[float]:
+    """Holm's step-down: sorted ascending, p(i)·(m − i) kept monotone and capped at 1, back in input order."""
+    order = sorted(range(len(p)), key=p.__getitem__)
+    out, running = [0.0] * len(p), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p) - rank) * p[i]))
+        out[i] = running
+    return out
+
+
+def tost_by_hand(diffs: list[float], margin: float) -> float:
+    """The larger of the two one-sided t-test p's of H0: Δ ≤ −margin and H0: Δ ≥ +margin, n − 1 df."""
+    n, mean, se = len(diffs), statistics.mean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs))
+    return max(scipy_stats.t.sf((mean + margin) / se, n - 1), scipy_stats.t.cdf((mean - margin) / se, n - 1))
+
+
+def test_tost_p_holm_is_holm_over_the_tables_tost_ps(tmp_path):
+    rows = three_rows(tmp_path)
+    raw = [tost_by_hand([a - b for a, b in zip(ROWS[r], BASE_LOSS)], table.MARGIN) for r in ROWS]
+    assert rows.loc[list(ROWS), "tost_p"].tolist() == pytest.approx(raw, rel=1e-6)
+    adjusted = holm_by_hand(raw)
+    assert adjusted != pytest.approx(raw)  # the fixture is one where the adjustment shows
+    assert rows.loc[list(ROWS), "tost_p_holm"].tolist() == pytest.approx(adjusted, rel=1e-6)
+
+
+def test_the_narrow_interval_is_the_90_percent_paired_t_interval(tmp_path):
+    rows = three_rows(tmp_path)
+    for row, values in ROWS.items():
+        ci = scipy_stats.ttest_rel(values, BASE_LOSS).confidence_interval(0.90)
+        assert (rows.loc[row, "ci90_low"], rows.loc[row, "ci90_high"]) == pytest.approx((ci.low, ci.high), rel=1e-9)
+        wide = scipy_stats.ttest_rel(values, BASE_LOSS).confidence_interval(0.95)
+        assert (rows.loc[row, "ci_low"], rows.loc[row, "ci_high"]) == pytest.approx((wide.low, wide.high), rel=1e-9)
+
+
+def test_tokens_per_s_is_the_median_over_seeds(tmp_path):
+    for seed, speed in enumerate([100.0, 200.0, 900.0]):  # mean 400, median 200
+        write_run(tmp_path, BASE, seed=seed, final=5.0 + seed / 100, tokens_per_s_median=speed)
+    assert table.build_tables(tmp_path)["quick"].rows.set_index("label").loc[BASE, "tokens_per_s"] == 200.0
+
+
+def test_tuned_key_ties_choose_the_smaller_value(tmp_path):
+    for seed in range(2):  # equal mean validation loss at both rates; the larger is written first
+        for lr in (3e-3, 1e-3):
+            write_run(tmp_path, BASE, seed=seed, lr=lr, final=5.0 + seed / 10, test=5.0 + lr)
+    row = table.build_tables(tmp_path)["quick"].rows.set_index("label").loc[BASE]
+    assert row["tuned"] == 1e-3 and row["final_mean"] == pytest.approx(5.001)
+
+
+def test_forest_draws_a_one_seed_row_as_a_hollow_point_without_interval(tmp_path):
+    for seed, base in enumerate(BASE_LOSS[:3]):
+        write_run(tmp_path, BASE, seed=seed, final=base, test=base)
+        write_run(tmp_path, "layer-pre-swiglu-matched", seed=seed, final=base - 0.1, test=base - 0.1 + seed / 100)
+    write_run(tmp_path, "layer-pre-gelu-matched", seed=0, final=4.5, test=4.5)
+    t = table.build_tables(tmp_path)["quick"]
+    ax = figures.plot_forest(t).axes[0]
+    labels = [tick.get_text() for tick in ax.get_yticklabels()]
+    assert "layer-pre-gelu-matched (n = 1: no interval)" in labels
+    y = labels.index("layer-pre-gelu-matched (n = 1: no interval)")
+    hollow = [line for line in ax.lines if line.get_fillstyle() == "none"]
+    [(x, ys)] = [(list(line.get_xdata()), list(line.get_ydata())) for line in hollow]
+    assert x == pytest.approx([4.5 - statistics.mean(BASE_LOSS[:3])]) and ys == [y]  # Δ vs the baseline's mean
+    assert len(ax.containers) == 1  # one error bar: the swiglu row's; none for n = 1
+
+
+def make_table_main(*args: str) -> int:
+    spec = importlib.util.spec_from_file_location("make_table", ROOT / "scripts" / "make_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main(["--no-wandb", *args])
+
+
+def test_make_table_exits_1_for_a_bad_baseline_and_2_for_bad_arguments(tmp_path, capsys):
+    for seed in range(2):
+        write_run(tmp_path, BASE, seed=seed, final=5.0 + seed / 10)
+        write_run(tmp_path, "rms-pre-relu-matched", seed=seed, final=5.1 + seed / 10)
+    capsys.readouterr()
+    assert make_table_main("--results", str(tmp_path), "--baseline", "quick=rms-pre-glu-matched") == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: baseline 'rms-pre-glu-matched' is not one row of quick; rows: {BASE}, "
+                   "rms-pre-relu-matched"]
+    assert make_table_main("--results", str(tmp_path), "--baseline", "nope=rms-pre-relu-matched") == 1
+    assert "--baseline names experiments without finished runs: nope" in capsys.readouterr().err
+    for bad in (["--baseline", "quick"], ["--margin", "wide"], ["--unknown"]):
+        with pytest.raises(SystemExit) as exit_:
+            make_table_main("--results", str(tmp_path), *bad)
+        assert exit_.value.code == 2, bad
+        assert "error:" in capsys.readouterr().err
+    assert not (tmp_path / "tables").exists(), "a bad argument or baseline wrote nothing"
