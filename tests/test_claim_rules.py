@@ -3,6 +3,8 @@
 from test_claims import BASE_LOSS, BIG, A, B, result
 from test_table import BASE, write_run
 
+from mbexp.analysis.claims import verdict
+
 NOISY = [5.10, 5.20, 4.85, 5.15]  # Δ vs BASE_LOSS: +0.10, −0.10, −0.05, +0.05, interval wide around 0
 BETTER = [4.80, 5.12, 4.74, 4.88]  # Δ −0.20, −0.18, −0.16, −0.22: resolved better
 
@@ -29,5 +31,5 @@ def test_the_planned_seed_verdict_reads_only_the_planned_seeds(tmp_path):
     write_run(tmp_path, BASE, seed=4, final=5.0, test=5.0, **BIG)
     write_run(tmp_path, A, seed=4, final=5.9, test=5.9, **BIG)
     r = result(tmp_path, rows=[A], seeds=[0, 1, 2, 3])
-    assert r.planned_verdict == "agrees"
-    assert r.verdict == "not resolved"  # Δ −0.20, −0.18, −0.16, −0.22, +0.90 over all five seeds
+    assert r.verdict == "agrees"  # decided by the planned seeds alone
+    assert verdict(r.added) == "not resolved"  # Δ −0.20, −0.18, −0.16, −0.22, +0.90 over all five seeds, apart

@@ -193,6 +193,8 @@ def plot_forest(table: Table) -> Figure:
     """Each row's Δ vs the baseline: 95% and 90% intervals, the per-seed Δ as dots, the zero line and the ±margin
     band; a row without an interval (n = 1) is a hollow point labelled so."""
     rows = table.rows[~table.rows["baseline"]].iloc[::-1]
+    base_mean = table.rows.loc[table.rows["baseline"], "final_mean"].iloc[0] if table.rows["baseline"].any() \
+        else math.nan
     fig = Figure(figsize=(9, 1.4 + 0.4 * max(len(rows), 2)), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
@@ -201,8 +203,8 @@ def plot_forest(table: Table) -> Figure:
     ax.axvline(0, color="0.3", linewidth=1)
     names, dots = [], False
     for y, (_, row) in enumerate(rows.iterrows()):
-        if pd.isna(row["ci_low"]):
-            ax.plot(row["delta"], y, "o", color="C0", fillstyle="none")
+        if pd.isna(row["ci_low"]):  # no Δ without an interval: the difference of the means, drawn hollow
+            ax.plot(row["final_mean"] - base_mean, y, "o", color="C0", fillstyle="none")
             names.append(f"{row['label']} (n = {int(row['n'])}: no interval)")
             continue
         ax.errorbar(row["delta"], y, xerr=[[row["delta"] - row["ci_low"]], [row["ci_high"] - row["delta"]]],
