@@ -13,6 +13,7 @@ from mbexp import checkpoint, distributed
 from mbexp.config import Config
 from mbexp.data import Batches, TokenData
 from mbexp.io import FINISHED, json_line, named, read_summary, write_error, write_json, write_text
+from mbexp.migrate import upgrade
 from mbexp.model import DecoderLM, flops_per_token
 from mbexp.runs import config_hash, git_commit, identity_flat, job_command, row_name, variant_name, versions
 
@@ -62,12 +63,13 @@ class RunState:
         self.timed_steps, self.warmup_steps, self.warmup_s = 0, 0, 0.0
 
     def restore(self, state: dict) -> None:
+        state = upgrade("checkpoint", state)
         self.step, self.records = state["step"], state["metrics"]
         self.train_time, self.wall_before = state["train_time"], state["wall_time"]
         self.wandb_id, self.early = state["wandb_id"], state["early"]
         self.loss_sum, self.n_losses = torch.tensor(state["loss_sum"]), state["n_losses"]
-        self.timed_steps = state.get("timed_steps", self.step)  # checkpoints before v0.2 timed every step
-        self.warmup_steps, self.warmup_s = state.get("warmup_steps", 0), state.get("warmup_s", 0.0)
+        self.timed_steps, self.warmup_steps = state["timed_steps"], state["warmup_steps"]
+        self.warmup_s = state["warmup_s"]
 
     def start(self, counts: dict, model: DecoderLM, data: TokenData, precision: str, device: torch.device,
               compiled: bool) -> None:

@@ -24,6 +24,7 @@ from mbexp.corpus import CorpusError, fingerprint
 from mbexp.io import disk_full, read_summary, write_error
 from mbexp.run_state import failure_text
 from mbexp.runs import run_dir
+from mbexp.speed import resolve_precision
 from mbexp.trainer import resolve_device, train
 
 log = logging.getLogger("mbexp")
@@ -69,12 +70,7 @@ BUSY = 3  # the exit code of a command that left some run to another process (do
 
 def _failure(cfg: DictConfig, exc: Exception) -> str:
     """What failed, and where to look: the run's summary.json only if this failure was written there."""
-    c = to_object(cfg)
-    try:
-        c.data.fingerprint = fingerprint(c.data.name, path=c.data.path, max_docs=c.data.max_docs)
-    except Exception:  # noqa: BLE001 - the corpus failed too: name the directory without its fingerprint
-        pass
-    directory, error = run_dir(c), failure_text(exc)
+    directory, error = getattr(exc, "run_dir", None) or _planned_dir(cfg), failure_text(exc)
     # a disk that takes no writes may hold no log either; a rerun resumes from the last checkpoint
     then = "; rerun the same command to resume once the disk takes writes" if write_error(exc) else "; see the log"
     summary = read_summary(directory) or {}
@@ -85,6 +81,17 @@ def _failure(cfg: DictConfig, exc: Exception) -> str:
     if directory.exists():
         return f"run {directory} failed before it wrote its summary.json ({error}){then}"
     return f"run {directory} failed before it wrote any run file ({error}){then}"
+
+
+def _planned_dir(cfg: DictConfig) -> Path:
+    """The run directory of a run that failed before train() knew it: precision=auto as the hardware decides."""
+    c = to_object(cfg)
+    try:
+        c.data.fingerprint = fingerprint(c.data.name, path=c.data.path, max_docs=c.data.max_docs)
+        c.precision = resolve_precision(c.precision, resolve_device(c.device))
+    except Exception:  # noqa: BLE001 - the corpus failed too: name the directory without its fingerprint
+        c.precision = "fp32" if c.precision == "auto" else c.precision
+    return run_dir(c)
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")

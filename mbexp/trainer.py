@@ -120,9 +120,6 @@ def train(cfg) -> dict:
     # the corpus content joins the identity (an edited data=text file is a new run); a file that is not text
     # stops here, before any run file
     cfg.data.fingerprint = fingerprint(cfg.data.name, path=cfg.data.path, max_docs=cfg.data.max_docs)
-    directory, chash = run_dir(cfg), config_hash(cfg)
-    if done := finished(directory, chash, cfg.force):
-        return done
     device = resolve_device(cfg.device)  # device=cuda without CUDA stops here, before any run file
     use_inductor_cache(cfg.data.cache_dir)
     if cfg.optim.warmup_steps >= cfg.train.steps:
@@ -133,26 +130,33 @@ def train(cfg) -> dict:
         device = torch.device("cuda", ddp.local_rank)
         torch.cuda.set_device(device)
     data = prepare(cfg.data, seq_len=cfg.model.seq_len)  # a corpus error stops here, before any run file
+    found = speed.measured(cfg.data.cache_dir, device, model_spec(cfg, data.vocab_size), cfg.train.batch_size)
+    cfg.precision = speed.resolve_precision(cfg.precision, device, found)  # the identity holds what it computes with
+    directory, chash = run_dir(cfg), config_hash(cfg)
+    if done := finished(directory, chash, cfg.force):
+        return done
     lock = RunLock(directory) if ddp.is_main else contextlib.nullcontext()
     try:
         with lock:
             # another process may have finished it between the first look and the lock
-            return finished(directory, chash, cfg.force) or _train(cfg, data, directory, chash, device, ddp)
+            return finished(directory, chash, cfg.force) or _train(cfg, data, directory, chash, device, ddp, found)
     except RunBusy:  # the command line says so, and exits 3 (mbexp.train)
         return {"status": "busy", "run_dir": str(directory)}
+    except Exception as exc:
+        exc.run_dir = directory  # the failure line names it (mbexp.train)
+        raise
 
 
 def _train(cfg: Config, data: TokenData, directory: Path, chash: str, device: torch.device,
-           ddp: distributed.Dist) -> dict:
+           ddp: distributed.Dist, found: dict) -> dict:
     if cfg.force and ddp.is_main:
         checkpoint.remove(directory)
     torch.manual_seed(cfg.seed)
     model = DecoderLM(model_spec(cfg, data.vocab_size)).to(device)
-    found = speed.measured(cfg.data.cache_dir, device, model.spec, cfg.train.batch_size)  # `make bench`'s record
     learner = Learner(model, make_optimizer(model, cfg.optim, device),
                       Batches(data, seq_len=cfg.model.seq_len, batch_size=cfg.train.batch_size, seed=cfg.seed,
                               val_windows=cfg.data.val_windows, rank=ddp.rank, world_size=ddp.world_size),
-                      device, speed.resolve_precision(cfg.precision, device, found))
+                      device, cfg.precision)
     run = RunState(cfg, directory, chash, ddp)
     state = None if cfg.force else checkpoint.load(directory, config_hash=chash)
     if state is not None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from mbexp.io import SummaryError, read_summary
+from mbexp.migrate import upgrade
 from mbexp.names import FFNS, HIDDEN_RULES, NORMS, PLACEMENTS
 
 log = logging.getLogger(__name__)
@@ -20,7 +21,8 @@ LATER_NUMBERS = ("params_non_embedding", "flops_per_token", "early_step", "early
                  "final_test_bpb", "final_train_loss", "generalization_gap", "tokens_seen", "train_tokens", "epochs",
                  "tokens_per_s_median", "steps")
 NUMBERS = REQUIRED_NUMBERS + LATER_NUMBERS
-RUN_COLUMNS = ("path", *STRINGS, "seed", *AXES, "warmup_steps", *NUMBERS, "identity", "config")
+NUMERICS = ("precision", "device", "compiled")  # how a run computed: precision is also in its identity
+RUN_COLUMNS = ("path", *STRINGS, "seed", *AXES, "warmup_steps", *NUMBERS, *NUMERICS, "identity", "config")
 
 
 def collect_runs(results_dir, strict: bool = False) -> pd.DataFrame:
@@ -40,7 +42,7 @@ def collect_runs(results_dir, strict: bool = False) -> pd.DataFrame:
 
 def read_record(path: Path) -> dict:
     """The flat record of one summary.json; raises SummaryError naming the path when it is malformed."""
-    summary = read_summary(path, strict=True)
+    summary = upgrade("summary", read_summary(path, strict=True))
     problem = _problem(summary)
     if problem:
         raise SummaryError(f"{path}: {problem}")
@@ -49,7 +51,7 @@ def read_record(path: Path) -> dict:
     return {
         "path": str(path.parent),
         **{key: summary[key] for key in (*STRINGS, "seed")},
-        **{key: summary.get(key) for key in NUMBERS},
+        **{key: summary.get(key) for key in (*NUMBERS, *NUMERICS)},
         **{axis: axes.get(axis) for axis in AXES},
         "warmup_steps": axes["warmup_steps"],
         "identity": identity,

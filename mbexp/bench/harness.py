@@ -126,7 +126,9 @@ class Bench:
         """mbexp's trainer on the same config: its summary and the tokens/s it logged, first interval skipped."""
         dcfg = compose_config(self.overrides(steps, f"precision={precision}"))
         summary = train(dcfg)
-        lines = (run_dir(to_object(dcfg)) / "metrics.jsonl").read_text().splitlines()
+        resolved = to_object(dcfg)
+        resolved.precision = summary["precision"]  # the run directory holds the precision auto resolved to
+        lines = (run_dir(resolved) / "metrics.jsonl").read_text().splitlines()
         rates = [r["tokens_per_s"] for r in map(json.loads, lines) if "tokens_per_s" in r]
         return summary, rates[1:]
 
