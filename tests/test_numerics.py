@@ -6,6 +6,7 @@ from tiny import clean, overrides
 
 from mbexp.analysis import render, table
 from mbexp.config import compose_config
+from mbexp.summary import FIELDS
 from mbexp.trainer import train
 
 SHORT = ["train.steps=6", "train.eval_every=3", "train.log_every=3", "device=cpu", "compile=false"]
@@ -17,6 +18,7 @@ def test_fp32_and_bf16_runs_of_one_config_are_two_directories_and_two_rows(tmp_p
         summary = train(compose_config(clean(overrides(tmp_path, cache, *SHORT, f"precision={precision}"))))
         assert summary["status"] == "completed" and summary["precision"] == precision
         assert summary["identity"]["precision"] == precision
+        assert list(summary) == list(FIELDS), "the summary is a RunSummary"
         dirs[precision] = summary["variant"]
         on_disk = json.loads(next((tmp_path / "results/runs").rglob(f"{summary['variant']}/*/summary.json"))
                              .read_text())
