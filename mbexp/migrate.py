@@ -8,13 +8,14 @@ SCHEMA = 2  # of summary.json and checkpoints; a file without a `schema` key is 
 # A key added later is left out of the identity while it holds the value that reproduces the old behaviour.
 ADDED_LATER = {"data.test_fraction": 0.0, "model.n_kv_heads": None, "model.bias": False, "model.qk_norm": "none",
                "norm.alpha_init": 0.5, "ffn.gelu": "exact", "model.emb_scale": False, "model.rope_base": 10000.0,
-               "data.fingerprint": None}  # None: bigtxt, pinned by its checksum; text and hub corpora hash content
+               "data.fingerprint": None,  # None: bigtxt, pinned by its checksum; text and hub corpora hash content
+               "optim.cooldown_fraction": 0.2, "optim.cooldown_shape": "linear"}
 # A key that stopped deciding the numbers is hashed at the one value every old run had.
 HASHED_AS = {"compile": False}  # compiling changes speed, not what is computed
 # The identity holds the resolved precision; schema-1 runs hashed `auto`, which resolved to bf16 for every one.
 LEGACY_PRECISION = {"bf16": "auto"}
 # what a schema-1 checkpoint lacks, as the run it comes from had it (it timed every step, none as warm-up)
-CHECKPOINT_DEFAULTS = {"warmup_steps": 0, "warmup_s": 0.0, "declarations": {}}
+CHECKPOINT_DEFAULTS = {"warmup_steps": 0, "warmup_s": 0.0, "declarations": {}, "branch_evals": {}}
 
 
 def pop_key(d: dict, key: str):

@@ -17,7 +17,7 @@ from mbexp.migrate import ADDED_LATER, flat, hashed_identity, pop_key, recorded_
 
 # keys that change where or how a run is logged, not what it computes
 NOT_IDENTITY = ("seed", "name", "force", "results_dir", "device", "logger", "slurm", "data.cache_dir",
-                "train.log_every", "train.checkpoint_every", "train.progress")
+                "train.log_every", "train.checkpoint_every", "train.progress", "train.budgets")
 # the model options added later, as they read in a row name when set away from their legacy value
 ROW_TAGS = {"model.n_kv_heads": "kv{}", "model.bias": "bias", "model.qk_norm": "qk{}", "ffn.gelu": "gelu{}",
             "norm.alpha_init": "a{}", "model.emb_scale": "embscale", "model.rope_base": "rope{:.0f}"}

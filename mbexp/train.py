@@ -141,11 +141,12 @@ def check_config(args: list[str]) -> list[Config]:
     """Compose and validate the config with the overrides that hold a single value, then every combination of
     the plain sweep lists (`key=a,b,c`) as the sweep will run it, so that a bad value or an impossible
     combination stops here with one line before Hydra starts any job. Sweep functions (range(), choice(),
-    glob()), brackets and quoted values are left to the jobs. Returns the configs checked."""
+    glob()), other brackets and quoted values are left to the jobs. Returns the configs checked."""
     if any(a.startswith("-") and a != "--multirun" for a in args):
         return []  # Hydra's own flags (--cfg, --info, ...): leave the command to Hydra
     mine = [a for a in args if a != "--multirun" and not a.lstrip("+~").startswith("hydra")]
-    single = [a for a in mine if "," not in a.partition("=")[2]]
+    # one value: no comma, or one list in brackets (train.budgets=[400,800] is a list, not a sweep)
+    single = [a for a in mine if "," not in (v := a.partition("=")[2]) or (v[:1], v[-1:]) == ("[", "]")]
     lists = {}
     for arg in mine:
         key, _, value = arg.partition("=")
