@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from mbexp import names
 from mbexp.corpus import CORPORA
 from mbexp.names import FFNS, GELU_FFNS, GELUS, HIDDEN_RULES, NORMS, PLACEMENTS, POSITIONS, QK_NORMS
-from mbexp.schedule import SCHEDULES
+from mbexp.schedule import SCHEDULES, wsd_problem
 
 LOGGERS = ("wandb", "none")
 DEVICES = ("auto", "cpu", "cuda")
@@ -93,6 +93,8 @@ class OptimConfig:
     warmup_steps: int = 30
     schedule: str = "cosine"
     min_lr_ratio: float = 0.1  # the schedule ends at lr * min_lr_ratio
+    cooldown_fraction: float = 0.2  # schedule=wsd: the last fraction of the steps cools down
+    cooldown_shape: str = "linear"  # schedule=wsd: linear | sqrt (1 - sqrt of the cool-down progress)
 
 
 @dataclass
@@ -112,6 +114,7 @@ class TrainConfig:
     log_every: int = 10
     checkpoint_every: int = 100
     diverge_factor: float = 1.5  # a loss above diverge_factor * ln(vocab) counts as diverged
+    budgets: list[int] | None = None  # optim.schedule=wsd: run these train.steps budgets from one trunk
     progress: bool = True
 
 
@@ -238,6 +241,8 @@ def validate(cfg: Config) -> Config:
     if not 0 <= cfg.data.test_fraction < 1 - cfg.data.val_fraction:
         raise ConfigError(f"data.test_fraction={cfg.data.test_fraction} must be >= 0 and leave training data "
                           f"(data.val_fraction + data.test_fraction < 1)")
+    if problem := wsd_problem(cfg.optim, cfg.train):
+        raise ConfigError(problem)
     if cfg.data.name == "text" and not cfg.data.path:
         raise ConfigError("data=text needs data.path=<file, folder or glob>")
     return cfg

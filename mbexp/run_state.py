@@ -15,8 +15,10 @@ from mbexp.config import Config
 from mbexp.data import Batches, TokenData
 from mbexp.declarations import covering
 from mbexp.io import FINISHED, json_line, named, read_summary, write_error, write_json, write_text
+from mbexp.migrate import SCHEMA, upgrade
 from mbexp.model import DecoderLM, flops_per_token
 from mbexp.runs import config_hash, git_commit, identity_flat, job_command, row_name, variant_name, versions
+from mbexp.summary import RunSummary
 
 log = logging.getLogger("mbexp")
 
@@ -60,18 +62,20 @@ class RunState:
         self.early: dict = {}
         self.meta: dict = {}
         self.declarations = covering(cfg.results_dir, cfg.name)  # claim digests at launch; a resume keeps its own
+        self.branch_evals: dict = {}  # budget -> evaluations a trunk made for that budget only (mbexp.branches)
         self.loss_sum, self.n_losses = torch.zeros(()), 0  # train loss accumulated since the last log line
         # tokens/s counts timed steps only: each process's first step (the compile, when compiled) is warm-up
         self.timed_steps, self.warmup_steps, self.warmup_s = 0, 0, 0.0
 
     def restore(self, state: dict) -> None:
+        state = upgrade("checkpoint", state)
         self.step, self.records = state["step"], state["metrics"]
         self.train_time, self.wall_before = state["train_time"], state["wall_time"]
         self.wandb_id, self.early = state["wandb_id"], state["early"]
-        self.declarations = state.get("declarations", {})  # a checkpoint from before declarations: none at launch
         self.loss_sum, self.n_losses = torch.tensor(state["loss_sum"]), state["n_losses"]
-        self.timed_steps = state.get("timed_steps", self.step)  # checkpoints before v0.2 timed every step
-        self.warmup_steps, self.warmup_s = state.get("warmup_steps", 0), state.get("warmup_s", 0.0)
+        self.timed_steps, self.warmup_steps = state["timed_steps"], state["warmup_steps"]
+        self.warmup_s, self.declarations = state["warmup_s"], state["declarations"]
+        self.branch_evals = state["branch_evals"]
 
     def start(self, counts: dict, model: DecoderLM, data: TokenData, precision: str, device: torch.device,
               compiled: bool) -> None:
@@ -107,16 +111,20 @@ class RunState:
 
     def checkpoint(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, batches: Batches) -> None:
         """Save the learner's parts (model, optimiser, data position) with this state and the RNG."""
-        if not self.ddp.is_main:
-            return
-        checkpoint.save(self.dir, {
+        if self.ddp.is_main:
+            checkpoint.save(self.dir, self.state(model, optimizer, batches))
+
+    def state(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, batches: Batches) -> dict:
+        """What a checkpoint holds: the learner's parts, this state and the RNG."""
+        return {
             "config_hash": self.chash, "step": self.step, "model": model.state_dict(),
             "optimizer": optimizer.state_dict(), "data": batches.state(), "rng": torch.get_rng_state(),
             "metrics": self.records, "train_time": self.train_time, "wall_time": self.wall_time(),
-            "wandb_id": self.wandb_id, "early": self.early, "declarations": self.declarations,
+            "wandb_id": self.wandb_id, "early": self.early,
             "loss_sum": self.loss_sum.item(), "n_losses": self.n_losses,
             "timed_steps": self.timed_steps, "warmup_steps": self.warmup_steps, "warmup_s": self.warmup_s,
-        })
+            "declarations": self.declarations, "branch_evals": self.branch_evals, "schema": SCHEMA,
+        }
 
     def compile_s(self) -> float | None:
         """Seconds compiling took: the warm-up steps' time beyond that of as many steady steps."""
@@ -128,7 +136,7 @@ class RunState:
     def wall_time(self) -> float:
         return self.wall_before + time.perf_counter() - self.t0
 
-    def write_summary(self, status: str, **extra) -> dict:
+    def write_summary(self, status: str, error: str | None = None) -> dict:
         c = self.cfg
         evals = [r for r in self.records if "val_loss" in r]
         final = evals[-1] if status == "completed" and evals else {}
@@ -138,38 +146,35 @@ class RunState:
         tokens_per_step = c.train.batch_size * c.model.seq_len
         tokens, early = self.step * tokens_per_step, early_step(c.train.steps)
         train_tokens = self.meta.get("train_tokens")
-        summary = {
-            "status": status, "experiment": c.name, "variant": self.variant, "row": row_name(c),
-            "row_id": config_hash(c, without=("optim.warmup_steps",)), "seed": c.seed, "config_hash": self.chash,
-            "axes": {"norm": c.norm.name, "placement": c.placement.name, "ffn": c.ffn.name,
-                     "hidden": c.hidden.name, "warmup_steps": c.optim.warmup_steps},
-            "steps": c.train.steps, "step": self.step, **self.meta,
-            "identity": identity_flat(c),
-            "early_step": early, "early_tokens": early * tokens_per_step,
-            "early_val_loss": None, "early_val_bpb": None, **self.early,
-            "final_val_loss": final.get("val_loss"), "final_val_bpb": final.get("val_bpb"),
-            "final_test_loss": final.get("test_loss"), "final_test_bpb": final.get("test_bpb"),
+        summary = asdict(RunSummary(
+            status=status, experiment=c.name, variant=self.variant, row=row_name(c),
+            row_id=config_hash(c, without=("optim.warmup_steps",)), seed=c.seed, config_hash=self.chash,
+            axes={"norm": c.norm.name, "placement": c.placement.name, "ffn": c.ffn.name, "hidden": c.hidden.name,
+                  "warmup_steps": c.optim.warmup_steps},
+            steps=c.train.steps, step=self.step, **self.meta, identity=identity_flat(c),
+            early_tokens=early * tokens_per_step, **({"early_step": early} | self.early),
+            final_val_loss=final.get("val_loss"), final_val_bpb=final.get("val_bpb"),
+            final_test_loss=final.get("test_loss"), final_test_bpb=final.get("test_bpb"),
             # the mean train loss of the last log interval, and its gap to validation (negative: the model fits
             # its training text better than held-out text, as it does past one epoch)
-            "final_train_loss": final_train,
-            "generalization_gap": final_train - final["val_loss"] if final_train is not None and final else None,
-            "tokens_seen": tokens, "epochs": round(tokens / train_tokens, 4) if train_tokens else None,
-            "wall_time_s": round(self.wall_time(), 3), "compile_s": self.compile_s(),
+            final_train_loss=final_train,
+            generalization_gap=final_train - final["val_loss"] if final_train is not None and final else None,
+            tokens_seen=tokens, epochs=round(tokens / train_tokens, 4) if train_tokens else None,
+            wall_time_s=round(self.wall_time(), 3), compile_s=self.compile_s(),
             # compile warm-up excluded: the timed steps only
-            "tokens_per_s": round(self.timed_steps * tokens_per_step / self.train_time, 1) if self.train_time else None,
+            tokens_per_s=round(self.timed_steps * tokens_per_step / self.train_time, 1) if self.train_time else None,
             # the median over log intervals: less sensitive to a moment of load on a shared machine
-            "tokens_per_s_median": round(statistics.median(rates), 1) if rates else None,
-            "git_commit": git_commit(), "versions": versions(), "wandb_id": self.wandb_id, "command": job_command(),
-            "declarations": self.declarations,
-            **extra,
-        }
+            tokens_per_s_median=round(statistics.median(rates), 1) if rates else None,
+            git_commit=git_commit(), versions=versions(), wandb_id=self.wandb_id, command=job_command(),
+            declarations=self.declarations, error=error,
+        ))
         if self.ddp.is_main:
             write_json(self.dir / "summary.json", summary)
         return summary
 
-    def finish(self, status: str, logger, **extra) -> dict:
+    def finish(self, status: str, logger, error: str | None = None) -> dict:
         """Write the final summary and close the W&B run (exit code 1 unless the run finished)."""
-        summary = self.write_summary(status, **extra)
+        summary = self.write_summary(status, error)
         if status == "completed":
             logger.log({k: summary[k] for k in ("final_val_loss", "final_val_bpb", "final_test_loss", "final_test_bpb")
                         if summary[k] is not None}, step=self.step)

@@ -13,61 +13,32 @@ from pathlib import Path
 
 from mbexp.config import Config, ModelConfig
 from mbexp.io import file_lock
+from mbexp.migrate import ADDED_LATER, flat, hashed_identity, pop_key, recorded_identity
 
 # keys that change where or how a run is logged, not what it computes
 NOT_IDENTITY = ("seed", "name", "force", "results_dir", "device", "logger", "slurm", "data.cache_dir",
-                "train.log_every", "train.checkpoint_every", "train.progress")
-# Upgrades must not rename finished runs (tests/test_rules.py pins config -> directory pairs):
-# a key added later is left out of the hash while it has the value that reproduces the old behaviour,
-# and a key that stopped deciding the numbers is hashed at the one value every old run had.
-ADDED_LATER = {"data.test_fraction": 0.0, "model.n_kv_heads": None, "model.bias": False, "model.qk_norm": "none",
-               "norm.alpha_init": 0.5, "ffn.gelu": "exact", "model.emb_scale": False, "model.rope_base": 10000.0,
-               "data.fingerprint": None}  # None: bigtxt, pinned by its checksum; text and hub corpora hash content
+                "train.log_every", "train.checkpoint_every", "train.progress", "train.budgets")
 # the model options added later, as they read in a row name when set away from their legacy value
 ROW_TAGS = {"model.n_kv_heads": "kv{}", "model.bias": "bias", "model.qk_norm": "qk{}", "ffn.gelu": "gelu{}",
             "norm.alpha_init": "a{}", "model.emb_scale": "embscale", "model.rope_base": "rope{:.0f}"}
-HASHED_AS = {"compile": False}  # compiling changes speed, not what is computed
-
-
-def _pop(d: dict, key: str):
-    *parents, leaf = key.split(".")
-    for part in parents:
-        d = d[part]
-    return d.pop(leaf, None)
 
 
 def identity(cfg: Config, *, without: tuple[str, ...] = ()) -> dict:
-    """The config values that decide a run's numbers, as a nested dict."""
+    """The config values that decide a run's numbers, as a nested dict; precision must be resolved first."""
     d = asdict(cfg)
-    for key in NOT_IDENTITY + tuple(HASHED_AS) + without:
-        _pop(d, key)
-    flat = _flat(d)
-    for key, old in ADDED_LATER.items():
-        if key not in without and flat.get(key) == old:
-            _pop(d, key)
-    return d
-
-
-def _flat(d: dict, prefix: str = "") -> dict:
-    """{"a": {"b": 1}} -> {"a.b": 1}."""
-    out = {}
-    for key, value in d.items():
-        if isinstance(value, dict):
-            out |= _flat(value, f"{prefix}{key}.")
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
+    for key in NOT_IDENTITY:
+        pop_key(d, key)
+    return recorded_identity(d, without=without)
 
 
 def identity_flat(cfg: Config) -> dict:
     """identity(cfg) as dotted keys, for the summary: the table groups runs by these values."""
-    return _flat(identity(cfg))
+    return flat(identity(cfg))
 
 
 def config_hash(cfg: Config, *, without: tuple[str, ...] = ()) -> str:
     """A short stable hash of identity(cfg): different configs, different hashes."""
-    d = identity(cfg, without=without) | {k: v for k, v in HASHED_AS.items() if k not in without}
-    blob = json.dumps(d, sort_keys=True)
+    blob = json.dumps(hashed_identity(identity(cfg, without=without), without=without), sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:8]
 
 
@@ -75,8 +46,8 @@ def row_name(cfg: Config) -> str:
     """The readable table row: the four block axes, then each later model option that is not at its legacy
     value (e.g. rms-pre-swiglu-matched-kv2-qkhead; sinusoidal positions as -sinusoidal), then a model preset
     other than the default tiny (-ladder96)."""
-    flat = _flat(asdict(cfg))
-    tags = [tag.format(flat[key]) for key, tag in ROW_TAGS.items() if flat[key] != ADDED_LATER[key]]
+    values = flat(asdict(cfg))
+    tags = [tag.format(values[key]) for key, tag in ROW_TAGS.items() if values[key] != ADDED_LATER[key]]
     if cfg.model.pos == "sinusoidal":  # rope and learned rows predate the tags: their names stay as they were
         tags.append("sinusoidal")
     if cfg.model.name != ModelConfig.name:  # a size preset (model=small, model=ladder96) names its row

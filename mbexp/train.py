@@ -26,6 +26,7 @@ from mbexp.declarations import check as check_claims
 from mbexp.io import disk_full, read_summary, write_error
 from mbexp.run_state import failure_text
 from mbexp.runs import run_dir
+from mbexp.speed import resolve_precision
 from mbexp.trainer import resolve_device, train
 
 log = logging.getLogger("mbexp")
@@ -71,12 +72,7 @@ BUSY = 3  # the exit code of a command that left some run to another process (do
 
 def _failure(cfg: DictConfig, exc: Exception) -> str:
     """What failed, and where to look: the run's summary.json only if this failure was written there."""
-    c = to_object(cfg)
-    try:
-        c.data.fingerprint = fingerprint(c.data.name, path=c.data.path, max_docs=c.data.max_docs)
-    except Exception:  # noqa: BLE001 - the corpus failed too: name the directory without its fingerprint
-        pass
-    directory, error = run_dir(c), failure_text(exc)
+    directory, error = getattr(exc, "run_dir", None) or _planned_dir(cfg), failure_text(exc)
     # a disk that takes no writes may hold no log either; a rerun resumes from the last checkpoint
     then = "; rerun the same command to resume once the disk takes writes" if write_error(exc) else "; see the log"
     summary = read_summary(directory) or {}
@@ -87,6 +83,17 @@ def _failure(cfg: DictConfig, exc: Exception) -> str:
     if directory.exists():
         return f"run {directory} failed before it wrote its summary.json ({error}){then}"
     return f"run {directory} failed before it wrote any run file ({error}){then}"
+
+
+def _planned_dir(cfg: DictConfig) -> Path:
+    """The run directory of a run that failed before train() knew it: precision=auto as the hardware decides."""
+    c = to_object(cfg)
+    try:
+        c.data.fingerprint = fingerprint(c.data.name, path=c.data.path, max_docs=c.data.max_docs)
+        c.precision = resolve_precision(c.precision, resolve_device(c.device))
+    except Exception:  # noqa: BLE001 - the corpus failed too: name the directory without its fingerprint
+        c.precision = "fp32" if c.precision == "auto" else c.precision
+    return run_dir(c)
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
@@ -136,11 +143,12 @@ def check_config(args: list[str]) -> list[Config]:
     """Compose and validate the config with the overrides that hold a single value, then every combination of
     the plain sweep lists (`key=a,b,c`) as the sweep will run it, so that a bad value or an impossible
     combination stops here with one line before Hydra starts any job. Sweep functions (range(), choice(),
-    glob()), brackets and quoted values are left to the jobs. Returns the configs checked."""
+    glob()), other brackets and quoted values are left to the jobs. Returns the configs checked."""
     if any(a.startswith("-") and a != "--multirun" for a in args):
         return []  # Hydra's own flags (--cfg, --info, ...): leave the command to Hydra
     mine = [a for a in args if a != "--multirun" and not a.lstrip("+~").startswith("hydra")]
-    single = [a for a in mine if "," not in a.partition("=")[2]]
+    # one value: no comma, or one list in brackets (train.budgets=[400,800] is a list, not a sweep)
+    single = [a for a in mine if "," not in (v := a.partition("=")[2]) or (v[:1], v[-1:]) == ("[", "]")]
     lists = {}
     for arg in mine:
         key, _, value = arg.partition("=")

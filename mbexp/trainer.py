@@ -14,6 +14,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from mbexp import checkpoint, distributed, speed
+from mbexp.branches import Branch, Trunk, budget_configs
 from mbexp.config import Config, ConfigError, model_spec, to_object
 from mbexp.corpus import fingerprint
 from mbexp.data import Batches, TokenData, prepare
@@ -21,7 +22,7 @@ from mbexp.logger import NullLogger, make_logger
 from mbexp.model import DecoderLM, param_counts
 from mbexp.run_state import RunState, early_step, failure_text, finished
 from mbexp.runs import RunBusy, RunLock, config_hash, run_dir
-from mbexp.schedule import lr_at
+from mbexp.schedule import lr_for
 from mbexp.stop import StopRequest
 
 log = logging.getLogger("mbexp")
@@ -94,6 +95,17 @@ def make_optimizer(model: torch.nn.Module, optim, device: torch.device) -> torch
     return torch.optim.AdamW(groups, lr=optim.lr, betas=tuple(optim.betas), fused=device.type == "cuda")
 
 
+def make_learner(cfg: Config, data: TokenData, device: torch.device, precision: str,
+                 ddp: distributed.Dist | None = None) -> Learner:
+    """The seeded model, its optimiser and this rank's batches: what the trainer and the bench train."""
+    ddp = ddp or distributed.Dist()
+    torch.manual_seed(cfg.seed)
+    model = DecoderLM(model_spec(cfg, data.vocab_size)).to(device)
+    batches = Batches(data, seq_len=cfg.model.seq_len, batch_size=cfg.train.batch_size, seed=cfg.seed,
+                      val_windows=cfg.data.val_windows, rank=ddp.rank, world_size=ddp.world_size)
+    return Learner(model, make_optimizer(model, cfg.optim, device), batches, device, precision)
+
+
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, batches: Batches, device: torch.device, precision: str,
              batch_size: int, split: str = "val") -> tuple[float, float]:
@@ -120,9 +132,6 @@ def train(cfg) -> dict:
     # the corpus content joins the identity (an edited data=text file is a new run); a file that is not text
     # stops here, before any run file
     cfg.data.fingerprint = fingerprint(cfg.data.name, path=cfg.data.path, max_docs=cfg.data.max_docs)
-    directory, chash = run_dir(cfg), config_hash(cfg)
-    if done := finished(directory, chash, cfg.force):
-        return done
     device = resolve_device(cfg.device)  # device=cuda without CUDA stops here, before any run file
     use_inductor_cache(cfg.data.cache_dir)
     if cfg.optim.warmup_steps >= cfg.train.steps:
@@ -133,26 +142,51 @@ def train(cfg) -> dict:
         device = torch.device("cuda", ddp.local_rank)
         torch.cuda.set_device(device)
     data = prepare(cfg.data, seq_len=cfg.model.seq_len)  # a corpus error stops here, before any run file
+    found = speed.measured(cfg.data.cache_dir, device, model_spec(cfg, data.vocab_size), cfg.train.batch_size)
+    cfg.precision = speed.resolve_precision(cfg.precision, device, found)  # the identity holds what it computes with
+    configs = budget_configs(cfg)  # one per budget of train.budgets, the largest first: the trunk
+    if len(configs) > 1:  # every budget computes as the trunk did, compiled or not
+        compiled = speed.resolve_compile(cfg.compile, device, configs[0].train.steps, cfg.precision, found)
+        for c in configs:
+            c.compile, c.force = str(compiled).lower(), c.force and c is configs[0]
+    branches = [Branch(c, run_dir(c), config_hash(c)) for c in configs[1:]]
+    if cfg.force and ddp.is_main:  # every budget from scratch: the trunk saves the branches' checkpoints anew
+        for b in branches:
+            checkpoint.remove(b.directory)
+            (b.directory / "summary.json").unlink(missing_ok=True)
+    summaries = []
+    for c in configs:
+        summaries.append(_run(c, data, device, ddp, found, branches if c is configs[0] else []))
+        if summaries[-1]["status"] == "busy" and c is configs[0]:
+            break  # the trunk is another process's: its branches wait for it
+    return next((s for s in summaries if s["status"] == "busy"), summaries[0])
+
+
+def _run(cfg: Config, data: TokenData, device: torch.device, ddp: distributed.Dist, found: dict,
+         branches: list[Branch]) -> dict:
+    """One run: skipped when finished, else trained (or resumed) under its lock."""
+    directory, chash = run_dir(cfg), config_hash(cfg)
+    if done := finished(directory, chash, cfg.force):
+        return done
     lock = RunLock(directory) if ddp.is_main else contextlib.nullcontext()
     try:
         with lock:
             # another process may have finished it between the first look and the lock
-            return finished(directory, chash, cfg.force) or _train(cfg, data, directory, chash, device, ddp)
+            return finished(directory, chash, cfg.force) or _train(cfg, data, directory, chash, device, ddp, found,
+                                                                   [b for b in branches if b.pending()])
     except RunBusy:  # the command line says so, and exits 3 (mbexp.train)
         return {"status": "busy", "run_dir": str(directory)}
+    except Exception as exc:
+        exc.run_dir = directory  # the failure line names it (mbexp.train)
+        raise
 
 
 def _train(cfg: Config, data: TokenData, directory: Path, chash: str, device: torch.device,
-           ddp: distributed.Dist) -> dict:
+           ddp: distributed.Dist, found: dict, branches: list[Branch]) -> dict:
     if cfg.force and ddp.is_main:
         checkpoint.remove(directory)
-    torch.manual_seed(cfg.seed)
-    model = DecoderLM(model_spec(cfg, data.vocab_size)).to(device)
-    found = speed.measured(cfg.data.cache_dir, device, model.spec, cfg.train.batch_size)  # `make bench`'s record
-    learner = Learner(model, make_optimizer(model, cfg.optim, device),
-                      Batches(data, seq_len=cfg.model.seq_len, batch_size=cfg.train.batch_size, seed=cfg.seed,
-                              val_windows=cfg.data.val_windows, rank=ddp.rank, world_size=ddp.world_size),
-                      device, speed.resolve_precision(cfg.precision, device, found))
+    learner = make_learner(cfg, data, device, cfg.precision, ddp)
+    model = learner.model
     run = RunState(cfg, directory, chash, ddp)
     state = None if cfg.force else checkpoint.load(directory, config_hash=chash)
     if state is not None:
@@ -175,7 +209,7 @@ def _train(cfg: Config, data: TokenData, directory: Path, chash: str, device: to
         if ddp.is_main:  # inside the try: a logger that cannot start leaves the summary `failed`, not `running`
             logger = make_logger(cfg.logger, **run.wandb_info())
         with stop:
-            _loop(learner, run, logger, stop)
+            _loop(learner, run, logger, stop, Trunk(branches, lambda: _evaluate_val(learner, cfg)))
         if stop.requested:  # stopped cleanly between two steps: resumable from exactly here
             run.checkpoint(learner.model, learner.optimizer, learner.batches)
             raise KeyboardInterrupt(stop.requested)
@@ -192,7 +226,13 @@ def _train(cfg: Config, data: TokenData, directory: Path, chash: str, device: to
         raise
 
 
-def _loop(learner: Learner, run: RunState, logger, stop: StopRequest) -> None:
+def _evaluate_val(learner: Learner, cfg: Config) -> dict:
+    val_loss, val_bpb = evaluate(learner.model, learner.batches, learner.device, learner.precision,
+                                 cfg.train.batch_size)
+    return {"val_loss": val_loss, "val_bpb": val_bpb}
+
+
+def _loop(learner: Learner, run: RunState, logger, stop: StopRequest, trunk: Trunk) -> None:
     cfg, t = run.cfg, learner
     steps, o, tcfg = cfg.train.steps, cfg.optim, cfg.train
     tokens_per_step = tcfg.batch_size * cfg.model.seq_len
@@ -204,8 +244,7 @@ def _loop(learner: Learner, run: RunState, logger, stop: StopRequest) -> None:
                disable=not (tcfg.progress and run.ddp.is_main))
     first = True
     while run.step < steps and not stop.requested:
-        lr = lr_at(run.step, lr=o.lr, warmup_steps=o.warmup_steps, total_steps=steps, schedule=o.schedule,
-                   min_lr_ratio=o.min_lr_ratio)
+        lr = lr_for(o, run.step, steps)
         loss, grad_norm = train_step(t, lr, o.grad_clip)
         run.step += 1
         run.loss_sum += loss
@@ -249,6 +288,7 @@ def _loop(learner: Learner, run: RunState, logger, stop: StopRequest) -> None:
                 run.status = "diverged"
                 break
             t_last += time.perf_counter() - t_eval  # evaluation time is not training throughput
+        trunk.after_step(run, learner)  # a wsd trunk's evaluations and checkpoints for its budget branches
         if run.step % tcfg.checkpoint_every == 0 and run.step < steps:
             run.checkpoint(t.model, t.optimizer, t.batches)
     bar.close()

@@ -30,8 +30,14 @@ def test_no_warmup_starts_at_full_lr_and_other_schedules():
         lr_at(50, lr=1.0, warmup_steps=0, total_steps=100, schedule="step")
 
 
+def resolved(c, auto: str = "bf16"):
+    """The config as a run hashes it: precision=auto resolved (bf16, as on the CPU of the committed runs)."""
+    c.precision = auto if c.precision == "auto" else c.precision
+    return c
+
+
 def cfg(*overrides):
-    return to_object(compose_config(list(overrides)))
+    return resolved(to_object(compose_config(list(overrides))))
 
 
 def test_variant_name_is_readable_and_unique():
@@ -107,5 +113,15 @@ GOLDEN_RUN_DIRS = [
 
 @pytest.mark.parametrize(("overrides", "expected"), GOLDEN_RUN_DIRS)
 def test_run_directories_survive_upgrades(overrides, expected):
-    cfg = to_object(compose_config(overrides))
+    cfg = resolved(to_object(compose_config(overrides)))
     assert run_dir(cfg).relative_to(Path(cfg.results_dir) / "runs").as_posix() == expected
+
+
+def test_the_identity_holds_the_resolved_precision():
+    bf16, fp32 = cfg(), cfg("precision=fp32")
+    assert identity(bf16)["precision"] == "bf16" and identity(fp32)["precision"] == "fp32"
+    assert run_dir(cfg("precision=bf16")) == run_dir(bf16), "auto resolved to bf16 is the same run as bf16"
+    assert run_dir(fp32) != run_dir(bf16)
+    assert config_hash(fp32, without=("optim.warmup_steps",)) != config_hash(bf16, without=("optim.warmup_steps",))
+    with pytest.raises(ValueError, match="precision=auto must be resolved"):
+        config_hash(to_object(compose_config([])))

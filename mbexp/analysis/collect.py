@@ -7,20 +7,22 @@ from pathlib import Path
 import pandas as pd
 
 from mbexp.io import SummaryError, read_summary
+from mbexp.migrate import upgrade
 from mbexp.names import FFNS, HIDDEN_RULES, NORMS, PLACEMENTS
+from mbexp.summary import NUMBERS as SUMMARY_NUMBERS
 
 log = logging.getLogger(__name__)
 
 AXES = {"norm": NORMS, "placement": PLACEMENTS, "ffn": FFNS, "hidden": HIDDEN_RULES}  # row order
 STATUSES = ("running", "interrupted", "failed", "diverged", "completed")  # a later one wins for a repeated seed
+# RunSummary's fields: the text ones, the numbers a table cannot do without, and how the run computed
 STRINGS = ("status", "experiment", "variant", "row", "row_id")
 REQUIRED_NUMBERS = ("params", "d_ff", "early_val_loss", "final_val_loss", "final_val_bpb", "tokens_per_s", "step")
-# fields added after v0.1: a summary without them still tables, with "—" where they would be shown
-LATER_NUMBERS = ("params_non_embedding", "flops_per_token", "early_step", "early_tokens", "final_test_loss",
-                 "final_test_bpb", "final_train_loss", "generalization_gap", "tokens_seen", "train_tokens", "epochs",
-                 "tokens_per_s_median", "steps")
-NUMBERS = REQUIRED_NUMBERS + LATER_NUMBERS
-RUN_COLUMNS = ("path", *STRINGS, "seed", *AXES, "warmup_steps", *NUMBERS, "identity", "config", "declarations")
+# the other numbers: a summary without them (some came later) still tables, with "—" where they would be shown
+NUMBERS = REQUIRED_NUMBERS + tuple(k for k in SUMMARY_NUMBERS if k not in REQUIRED_NUMBERS)
+NUMERICS = ("precision", "device", "compiled")  # how a run computed: precision is also in its identity
+RUN_COLUMNS = ("path", *STRINGS, "seed", *AXES, "warmup_steps", *NUMBERS, *NUMERICS, "identity", "config",
+               "declarations")
 
 
 def collect_runs(results_dir, strict: bool = False) -> pd.DataFrame:
@@ -40,7 +42,7 @@ def collect_runs(results_dir, strict: bool = False) -> pd.DataFrame:
 
 def read_record(path: Path) -> dict:
     """The flat record of one summary.json; raises SummaryError naming the path when it is malformed."""
-    summary = read_summary(path, strict=True)
+    summary = upgrade("summary", read_summary(path, strict=True))
     problem = _problem(summary)
     if problem:
         raise SummaryError(f"{path}: {problem}")
@@ -49,7 +51,7 @@ def read_record(path: Path) -> dict:
     return {
         "path": str(path.parent),
         **{key: summary[key] for key in (*STRINGS, "seed")},
-        **{key: summary.get(key) for key in NUMBERS},
+        **{key: summary.get(key) for key in (*NUMBERS, *NUMERICS)},
         **{axis: axes.get(axis) for axis in AXES},
         "warmup_steps": axes["warmup_steps"],
         "identity": identity,

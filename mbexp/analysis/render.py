@@ -164,7 +164,8 @@ def to_markdown(table: Table) -> str:
     shown = display(table)
     lines = ["| " + " | ".join(shown.columns) + " |", "|" + "|".join([":---"] + ["---:"] * (shown.shape[1] - 1)) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in shown.itertuples(index=False)]
-    return "\n".join([caption(table), "", *lines, "", legend(table)]) + "\n"
+    notes = ["", *table.notes] if table.notes else []
+    return "\n".join([caption(table), "", *lines, "", legend(table), *notes]) + "\n"
 
 
 def to_csv(table: Table) -> str:

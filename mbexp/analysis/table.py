@@ -34,6 +34,7 @@ class Table:
     tuned: str | None = None
     baseline: str = ""
     seed_deltas: dict = field(default_factory=dict)  # label -> per-seed Δ vs the baseline (Series by seed)
+    notes: list = field(default_factory=list)  # lines under the table: precision, device or compile mixed
 
     @property
     def report(self) -> str:
@@ -110,8 +111,25 @@ def summarize(runs: pd.DataFrame, baseline: str | None = None, *, tune: str = TU
     runs["chosen"] = _chosen(runs)
     rows = sorted((_row_stats(table, group) for _, group in runs.groupby("label", sort=False)), key=_order)
     table.rows = pd.DataFrame(rows)
+    table.notes = mixed_numerics(runs)
     _compare(table, baseline)
     return table
+
+
+def mixed_numerics(runs: pd.DataFrame) -> list[str]:
+    """One line when the table's rows differ in precision, and one per row whose runs mixed devices or compiling
+    (a run that did not record one is left out)."""
+    notes = []
+    precisions = sorted(set(runs["precision"].dropna()))
+    if len(precisions) > 1:
+        notes.append(f"Precision differs between rows ({', '.join(precisions)}): compare rows of one precision.")
+    for label, group in runs.groupby("label", sort=False):
+        for key in ("device", "compiled"):
+            counts = Counter(group[key].dropna())
+            if len(counts) > 1:
+                shown = ", ".join(f"{n} {key}={setting(v)}" for v, n in sorted(counts.items(), key=str))
+                notes.append(f"Row {label} mixes runs: {shown}.")
+    return notes
 
 
 def _labels(runs: pd.DataFrame, ident: pd.DataFrame, row_keys: list[str]) -> list[str]:

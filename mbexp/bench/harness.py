@@ -10,11 +10,11 @@ import torch
 
 from mbexp import speed
 from mbexp.config import Config, compose_config, model_spec, to_object
-from mbexp.data import Batches, TokenData, prepare
+from mbexp.data import TokenData, prepare
 from mbexp.model import DecoderLM, param_counts
 from mbexp.runs import run_dir
-from mbexp.schedule import lr_at
-from mbexp.trainer import Learner, compile_model, evaluate, make_optimizer, train, train_step
+from mbexp.schedule import lr_for
+from mbexp.trainer import compile_model, evaluate, make_learner, train, train_step
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: its data_cache/ and scripts/bench.py
 PRECISIONS = ("fp32", "bf16")
@@ -42,14 +42,10 @@ class BareLoop:
     is the plain nanoGPT loop on a CPU (nanoGPT's AdamW groups, fused only on CUDA, fp32, no compile)."""
 
     def __init__(self, cfg: Config, data: TokenData, device: torch.device, precision: str, *, compile: bool = False):
-        torch.manual_seed(cfg.seed)  # as the trainer does, so both train the same model on the same batches
         self.cfg, self.device, self.compiled = cfg, device, compile
-        model = DecoderLM(model_spec(cfg, data.vocab_size)).to(device)
-        self.learner = Learner(model, make_optimizer(model, cfg.optim, device),
-                               Batches(data, seq_len=cfg.model.seq_len, batch_size=cfg.train.batch_size,
-                                       seed=cfg.seed, val_windows=cfg.data.val_windows),
-                               device, precision, compile_model(model) if compile else None)
-        self.model, self.step = model, 0
+        self.learner = make_learner(cfg, data, device, precision)  # as the trainer builds it: same model, batches
+        self.model, self.step = self.learner.model, 0
+        self.learner.step_model = compile_model(self.model) if compile else None
 
     def train(self, steps: int, *, window: int) -> list[float]:
         """Train `steps` more steps; the tokens/s of each run of `window` steps."""
@@ -59,8 +55,7 @@ class BareLoop:
         sync(self.device)
         t_last = time.perf_counter()
         for i in range(steps):
-            lr = lr_at(self.step, lr=o.lr, warmup_steps=o.warmup_steps, total_steps=total, schedule=o.schedule,
-                       min_lr_ratio=o.min_lr_ratio)
+            lr = lr_for(o, self.step, total)
             loss, _ = train_step(self.learner, lr, o.grad_clip)
             self.step += 1
             if (i + 1) % window == 0:
@@ -126,7 +121,9 @@ class Bench:
         """mbexp's trainer on the same config: its summary and the tokens/s it logged, first interval skipped."""
         dcfg = compose_config(self.overrides(steps, f"precision={precision}"))
         summary = train(dcfg)
-        lines = (run_dir(to_object(dcfg)) / "metrics.jsonl").read_text().splitlines()
+        resolved = to_object(dcfg)
+        resolved.precision = summary["precision"]  # the run directory holds the precision auto resolved to
+        lines = (run_dir(resolved) / "metrics.jsonl").read_text().splitlines()
         rates = [r["tokens_per_s"] for r in map(json.loads, lines) if "tokens_per_s" in r]
         return summary, rates[1:]
 

@@ -1,0 +1,81 @@
+"""Legacy compatibility in one place: how today's identity is hashed so that finished runs keep their directories
+(tests/test_rules.py pins config -> directory pairs), and `upgrade`, which reads older run files as today's."""
+
+import copy
+
+SCHEMA = 2  # of summary.json and checkpoints; a file without a `schema` key is schema 1
+
+# A key added later is left out of the identity while it holds the value that reproduces the old behaviour.
+ADDED_LATER = {"data.test_fraction": 0.0, "model.n_kv_heads": None, "model.bias": False, "model.qk_norm": "none",
+               "norm.alpha_init": 0.5, "ffn.gelu": "exact", "model.emb_scale": False, "model.rope_base": 10000.0,
+               "data.fingerprint": None,  # None: bigtxt, pinned by its checksum; text and hub corpora hash content
+               "optim.cooldown_fraction": 0.2, "optim.cooldown_shape": "linear"}
+# A key that stopped deciding the numbers is hashed at the one value every old run had.
+HASHED_AS = {"compile": False}  # compiling changes speed, not what is computed
+# The identity holds the resolved precision; schema-1 runs hashed `auto`, which resolved to bf16 for every one.
+LEGACY_PRECISION = {"bf16": "auto"}
+# what a schema-1 checkpoint lacks, as the run it comes from had it (it timed every step, none as warm-up)
+CHECKPOINT_DEFAULTS = {"warmup_steps": 0, "warmup_s": 0.0, "declarations": {}, "branch_evals": {}}
+
+
+def pop_key(d: dict, key: str):
+    """Remove the dotted `key` from the nested dict `d`."""
+    *parents, leaf = key.split(".")
+    for part in parents:
+        d = d[part]
+    return d.pop(leaf, None)
+
+
+def flat(d: dict, prefix: str = "") -> dict:
+    """{"a": {"b": 1}} -> {"a.b": 1}."""
+    out = {}
+    for key, value in d.items():
+        if isinstance(value, dict):
+            out |= flat(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def recorded_identity(d: dict, *, without: tuple[str, ...] = ()) -> dict:
+    """The nested config dict `d` as the identity records it: HASHED_AS keys, `without` and ADDED_LATER keys at
+    their old value left out (in place)."""
+    for key in (*HASHED_AS, *without):
+        pop_key(d, key)
+    values = flat(d)
+    for key, old in ADDED_LATER.items():
+        if key not in without and values.get(key) == old:
+            pop_key(d, key)
+    return d
+
+
+def hashed_identity(identity: dict, *, without: tuple[str, ...] = ()) -> dict:
+    """What the run hash covers: the identity with HASHED_AS put back and the precision as schema 1 hashed it."""
+    if identity.get("precision") == "auto":
+        raise ValueError("precision=auto must be resolved (fp32 or bf16) before a run's identity is hashed")
+    d = identity | {k: v for k, v in HASHED_AS.items() if k not in without}
+    if "precision" in d:
+        d["precision"] = LEGACY_PRECISION.get(d["precision"], d["precision"])
+    return d
+
+
+def upgrade(kind: str, record: dict) -> dict:
+    """A summary ("summary") or checkpoint state ("checkpoint") of any schema, as schema SCHEMA reads it (a copy)."""
+    if kind not in ("summary", "checkpoint"):
+        raise ValueError(f"unknown run file kind {kind!r}")
+    record = copy.copy(record)
+    if record.get("schema", 1) == 1:
+        record = _summary_1_to_2(record) if kind == "summary" else _checkpoint_1_to_2(record)
+    return record
+
+
+def _summary_1_to_2(s: dict) -> dict:
+    identity = s.get("identity")
+    if isinstance(identity, dict) and identity.get("precision") == "auto" and s.get("precision") in ("fp32", "bf16"):
+        s["identity"] = identity | {"precision": s["precision"]}  # the precision it computed with
+    s.setdefault("declarations", {})
+    return s | {"schema": 2}
+
+
+def _checkpoint_1_to_2(state: dict) -> dict:
+    return {**CHECKPOINT_DEFAULTS, "timed_steps": state.get("step", 0), **state, "schema": 2}

@@ -1,0 +1,216 @@
+"""`python -m mbexp.study NAME`: a declared LR protocol, end to end. The study's scan runs every row at every
+LR of its grid on the scan seeds, each row's LR is chosen on validation, then the planned seeds run at it
+(docs/studies.md). Every phase is an ordinary `mbexp.train` sweep, so a stopped study resumes by rerunning."""
+
+import argparse
+import math
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from itertools import product
+from pathlib import Path
+
+from mbexp.io import read_summary
+
+SCAN_SUFFIX = "_scan"  # the scan's runs live in their own experiment, so its seeds never join the confirmatory rows
+STUDY_KEYS = {"experiment", "rows", "lr_grid", "scan_seeds", "seeds", "budgets", "select_at", "overrides", "note"}
+GROUP_KEYS = ("norm", "placement", "ffn", "hidden", "model", "arch")  # a row key naming a config group
+
+
+class StudyError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Study:
+    """A declared LR protocol: rows (key -> values, crossed), an LR grid, scan seeds, planned seeds, budgets."""
+
+    name: str
+    experiment: str
+    rows: dict
+    lr_grid: tuple
+    scan_seeds: tuple
+    seeds: tuple
+    budgets: tuple
+    select_at: int
+    overrides: tuple = ()
+
+    @property
+    def scan_experiment(self) -> str:
+        return self.experiment + SCAN_SUFFIX
+
+    def row_values(self) -> list[tuple]:
+        return list(product(*self.rows.values()))
+
+    def row_overrides(self, values: tuple) -> list[str]:
+        return [f"{key}={value}" for key, value in zip(self.rows, values)]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A row's LR, chosen on the scan's mean validation loss at the study's selection budget."""
+
+    lr: float
+    edge: str  # "" inside the grid, "low"/"high" at an end of it: the optimum may lie beyond
+    losses: dict  # lr -> mean final validation loss over the scan seeds (inf: diverged or missing)
+
+
+def parse_study(name: str, spec: dict, where: str = "the claims file") -> Study:
+    """A `studies:` entry as a Study; StudyError names the study and the key on a bad entry."""
+    def bad(msg: str) -> StudyError:
+        return StudyError(f"{where}: study {name!r}: {msg}")
+
+    if not isinstance(spec, dict):
+        raise bad("must be a mapping")
+    unknown = set(spec) - STUDY_KEYS
+    if unknown:
+        raise bad(f"unknown key(s) {', '.join(sorted(unknown))}; valid: {', '.join(sorted(STUDY_KEYS))}")
+    missing = {"experiment", "rows", "lr_grid", "scan_seeds", "seeds", "budgets"} - set(spec)
+    if missing:
+        raise bad(f"missing {', '.join(sorted(missing))}")
+    rows = spec["rows"]
+    if not isinstance(rows, dict) or not rows or not all(isinstance(v, list) and v for v in rows.values()):
+        raise bad("rows must map each key to a non-empty list of values")
+    grid = [float(v) for v in spec["lr_grid"]]
+    if len(grid) < 2 or any(not math.isfinite(v) or v <= 0 for v in grid) or len(set(grid)) < len(grid):
+        raise bad(f"lr_grid must hold at least two distinct positive learning rates, not {spec['lr_grid']}")
+    budgets = sorted(int(b) for b in spec["budgets"])
+    if not budgets or budgets[0] <= 0 or len(set(budgets)) < len(budgets):
+        raise bad(f"budgets must be distinct positive step counts, not {spec['budgets']}")
+    select_at = int(spec.get("select_at", budgets[-1]))
+    if select_at not in budgets:
+        raise bad(f"select_at={select_at} is not one of the budgets {budgets}")
+    scan, seeds = [int(s) for s in spec["scan_seeds"]], [int(s) for s in spec["seeds"]]
+    if not scan or not seeds:
+        raise bad("scan_seeds and seeds must each name at least one seed")
+    if set(scan) & set(seeds):
+        raise bad(f"seeds {sorted(set(scan) & set(seeds))} are both scan and planned seeds: an LR chosen on a "
+                  "seed would flatter that seed's rows")
+    return Study(name, str(spec["experiment"]), {str(k): list(v) for k, v in rows.items()}, tuple(sorted(grid)),
+                 tuple(scan), tuple(seeds), tuple(budgets), select_at, tuple(spec.get("overrides", ())))
+
+
+def load_study(results_dir, name: str) -> Study:
+    """The study `name` declared in <results_dir>/claims.yaml."""
+    import yaml
+
+    path = Path(results_dir) / "claims.yaml"
+    try:
+        studies = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("studies") or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise StudyError(f"{path}: cannot read the claims file ({type(exc).__name__}: {exc})") from None
+    if name not in studies:
+        raise StudyError(f"{path} declares no study {name!r}; declared: {', '.join(studies) or 'none'}")
+    return parse_study(name, studies[name], str(path))
+
+
+def _sweep(study: Study, name: str, seeds, lrs, rows: list[str], jobs: int, results_dir: str) -> list[str]:
+    budgets = ",".join(str(b) for b in study.budgets)
+    argv = [sys.executable, "-m", "mbexp.train", "-m", f"+experiment={study.experiment}", f"name={name}",
+            "optim.schedule=wsd", f"train.budgets=[{budgets}]", f"train.steps={study.budgets[-1]}",
+            f"optim.lr={','.join(_lr(v) for v in lrs)}", f"seed={','.join(str(s) for s in seeds)}",
+            f"results_dir={results_dir}", *rows, *study.overrides]
+    if jobs > 1:
+        argv += ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={jobs}"]
+    return argv
+
+
+def _lr(value: float) -> str:
+    return repr(float(value))
+
+
+def scan_command(study: Study, *, jobs: int = 1, results_dir: str = "results") -> list[str]:
+    """The scan: every row x every LR of the grid x the scan seeds, each at every budget (WSD branches)."""
+    rows = [f"{key}={','.join(str(v) for v in values)}" for key, values in study.rows.items()]
+    return _sweep(study, study.scan_experiment, study.scan_seeds, study.lr_grid, rows, jobs, results_dir)
+
+
+def confirm_commands(study: Study, choices: dict, *, jobs: int = 1, results_dir: str = "results") -> list[list[str]]:
+    """One sweep per row: its planned seeds at its chosen LR."""
+    return [_sweep(study, study.experiment, study.seeds, [choices[values].lr], study.row_overrides(values), jobs,
+                   results_dir) for values in study.row_values()]
+
+
+def identity_key(key: str) -> str:
+    """The summary's identity key for a row key: a config group is recorded by its name."""
+    return f"{key}.name" if key in GROUP_KEYS else key
+
+
+def scan_losses(study: Study, results_dir) -> dict:
+    """(row values, lr) -> final validation losses of the scan's finished runs at the selection budget."""
+    found: dict = {}
+    keys = [identity_key(k) for k in study.rows]
+    for path in sorted((Path(results_dir) / "runs" / study.scan_experiment).glob("*/seed=*/summary.json")):
+        s = read_summary(path.parent)
+        if not s or s.get("steps") != study.select_at or s.get("seed") not in study.scan_seeds:
+            continue
+        ident = s.get("identity", {})
+        row = tuple(str(ident.get(k)) for k in keys)
+        loss = s.get("final_val_loss") if s.get("status") == "completed" else None
+        found.setdefault((row, float(ident.get("optim.lr"))), []).append(math.inf if loss is None else loss)
+    return found
+
+
+def choose(study: Study, results_dir) -> dict:
+    """Each row's Choice: the grid LR with the lowest mean validation loss over the scan seeds (ties: the
+    smaller LR); StudyError names the scan runs still missing."""
+    found, choices, missing = scan_losses(study, results_dir), {}, []
+    for values in study.row_values():
+        row = tuple(str(v) for v in values)
+        losses = {}
+        for lr in study.lr_grid:
+            runs = found.get((row, lr), [])
+            if len(runs) < len(study.scan_seeds):
+                missing.append(" ".join(study.row_overrides(values)) + f" optim.lr={_lr(lr)}")
+            losses[lr] = sum(runs) / len(runs) if runs else math.inf
+        best = min(study.lr_grid, key=lambda lr: (losses[lr], lr))
+        edge = "low" if best == study.lr_grid[0] else "high" if best == study.lr_grid[-1] else ""
+        choices[values] = Choice(best, edge, losses)
+    if missing:
+        raise StudyError(f"study {study.name!r}: {len(missing)} scan run(s) unfinished, e.g. {missing[0]}; "
+                         "rerun the study command")
+    return choices
+
+
+def _run(argv: list[str]) -> None:
+    print("$", shlex.join(["python", *argv[1:]]), flush=True)
+    code = subprocess.call(argv)
+    if code:
+        sys.exit(code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m mbexp.study", description=__doc__)
+    parser.add_argument("name", help="a study declared under `studies:` in <results>/claims.yaml")
+    parser.add_argument("--results", default="results")
+    parser.add_argument("--jobs", type=int, default=1, help="runs side by side (joblib launcher)")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    args = parser.parse_args(argv)
+    try:
+        study = load_study(args.results, args.name)
+        print(f"study {study.name}: {len(study.row_values())} rows x {len(study.lr_grid)} LRs x "
+              f"{len(study.scan_seeds)} scan seed(s), then {len(study.seeds)} planned seeds; budgets "
+              f"{list(study.budgets)}", flush=True)
+        scan = scan_command(study, jobs=args.jobs, results_dir=args.results)
+        if args.dry_run:
+            print(shlex.join(["python", *scan[1:]]))
+            print("then, per row, its planned seeds at the LR the scan chose")
+            return
+        print(f"[1/3] scan -> {args.results}/runs/{study.scan_experiment}", flush=True)
+        _run(scan)
+        choices = choose(study, args.results)
+        print("[2/3] chosen on validation at", study.select_at, "steps:", flush=True)
+        for values, c in choices.items():
+            edge = f" (at the {c.edge} edge of the grid)" if c.edge else ""
+            print(f"  {' '.join(study.row_overrides(values))}: lr {c.lr:g}{edge}")
+        print(f"[3/3] planned seeds -> {args.results}/runs/{study.experiment}", flush=True)
+        for command in confirm_commands(study, choices, jobs=args.jobs, results_dir=args.results):
+            _run(command)
+    except StudyError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""Warm-up-stable-decay and budget branches: every budget of one wsd run equals its standalone run bit for bit."""
+
+import json
+import math
+
+import pytest
+from test_resume import kill_when, popen_train
+from tiny import clean, mbexp_train, metrics, overrides
+
+from mbexp.config import compose_config, to_object
+from mbexp.runs import run_dir
+from mbexp.schedule import cooldown_start, lr_at
+from mbexp.trainer import train
+
+WSD = ["optim.schedule=wsd", "device=cpu", "compile=false", "train.eval_every=10", "train.log_every=3"]
+SAME = ("variant", "config_hash", "identity", "step", "early_step", "early_val_loss", "final_val_loss", "final_val_bpb",
+        "final_test_loss", "final_train_loss", "tokens_seen")
+TIMING = ("tokens_per_s",)
+
+
+def test_wsd_holds_the_peak_until_the_cool_down_of_each_budget():
+    kw = dict(lr=1.0, warmup_steps=10, schedule="wsd", min_lr_ratio=0.1)
+    assert cooldown_start(400, 0.2) == 320 and cooldown_start(800, 0.2) == 640 and cooldown_start(16, 0.2) == 13
+    assert [lr_at(s, total_steps=400, **kw) for s in (0, 9, 10, 319)] == pytest.approx([0.1, 1.0, 1.0, 1.0])
+    trunk = range(320)
+    assert [lr_at(s, total_steps=400, **kw) for s in trunk] == [lr_at(s, total_steps=800, **kw) for s in trunk]
+    assert lr_at(359, total_steps=400, **kw) == pytest.approx(1 - 0.9 * 40 / 80)
+    assert lr_at(399, total_steps=400, **kw) == pytest.approx(0.1)
+    sqrt = lr_at(339, total_steps=400, cooldown_shape="sqrt", **kw)
+    assert sqrt == pytest.approx(0.1 + 0.9 * (1 - math.sqrt(20 / 80)))
+    lrs = [lr_at(s, total_steps=400, cooldown_shape="sqrt", **kw) for s in range(10, 400)]
+    assert all(a >= b for a, b in zip(lrs, lrs[1:]))
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["train.budgets=[40,80]"], "train.budgets=[40, 80] needs optim.schedule=wsd (got cosine)"),
+    (["optim.schedule=wsd", "train.budgets=[40,40]"], "train.budgets=[40, 40] must be distinct positive step counts"),
+    (["optim.schedule=wsd", "train.budgets=[0,40]"], "train.budgets=[0, 40] must be distinct positive step counts"),
+    (["optim.schedule=wsd", "train.budgets=[20,80]", "optim.warmup_steps=30"],
+     "a 20-step wsd run cools down from step 16 (optim.cooldown_fraction=0.2), which must come after "
+     "optim.warmup_steps=30"),
+    (["optim.schedule=wsd", "optim.cooldown_fraction=1.5"], "optim.cooldown_fraction=1.5 must lie strictly between"),
+    (["optim.schedule=wsd", "optim.cooldown_shape=cubic"], "optim.cooldown_shape='cubic' is not valid; choose one"),
+])
+def test_bad_budgets_stop_with_one_line(args, message):
+    from mbexp.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
+        to_object(compose_config(args))
+
+
+def test_bad_budgets_exit_2_before_any_job(tmp_path, cache):
+    done = mbexp_train(overrides(tmp_path, cache, "optim.schedule=wsd", "train.budgets=[40,40]"))
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines() == ["error: train.budgets=[40, 40] must be distinct positive step counts"]
+    assert not (tmp_path / "results").exists()
+
+
+def standalone(tmp, cache, budget, *extra):
+    cfg = compose_config(clean(overrides(tmp, cache, *WSD, f"train.steps={budget}", *extra)))
+    return train(cfg), run_dir(to_object(cfg))
+
+
+def assert_same_run(branch_dir, reference_dir, reference):
+    summary = json.loads((branch_dir / "summary.json").read_text())
+    assert summary["status"] == "completed"
+    assert {k: summary[k] for k in SAME} == {k: reference[k] for k in SAME}
+    strip = [[{k: v for k, v in r.items() if k not in TIMING} for r in metrics(d)] for d in (branch_dir, reference_dir)]
+    assert strip[0] == strip[1]
+
+
+def test_the_branches_of_one_wsd_run_equal_standalone_runs_bit_for_bit(tmp_path, cache, caplog):
+    # budget 16: early step 2 and cool-down start 13 fall between the trunk's evaluations and log lines
+    caplog.set_level("INFO", logger="mbexp")
+    trunk = train(compose_config(clean(overrides(tmp_path / "branched", cache, *WSD, "train.budgets=[16,40]"))))
+    assert trunk["steps"] == 40 and trunk["status"] == "completed"
+    assert "from step 13" in caplog.text, "budget 16 ran only its cool-down, from the trunk's checkpoint"
+    assert len(list((tmp_path / "branched").rglob("summary.json"))) == 2
+    for budget in (16, 40):
+        reference, ref_dir = standalone(tmp_path / "alone", cache, budget)
+        _, branch_dir = standalone(tmp_path / "branched", cache, budget)  # a rerun: skipped, finished
+        assert_same_run(branch_dir, ref_dir, reference)
+
+
+@pytest.mark.slow
+def test_a_kill_in_the_trunk_and_in_a_branch_resumes_bit_for_bit(tmp_path, cache):
+    extra = ["optim.cooldown_fraction=0.5", "train.checkpoint_every=5"]  # budget 40 branches at 20, trunk at 40
+    args = overrides(tmp_path / "killed", cache, *WSD, *extra, "train.budgets=[40,80]")
+    branch = run_dir(to_object(compose_config(clean(overrides(tmp_path / "killed", cache, *WSD, *extra,
+                                                              "train.steps=40")))))
+    trunk = run_dir(to_object(compose_config(clean(overrides(tmp_path / "killed", cache, *WSD, *extra,
+                                                             "train.steps=80")))))
+    kill_when(popen_train(args), lambda: (branch / "checkpoint.pt").exists())  # the trunk is past step 20
+    assert json.loads((trunk / "summary.json").read_text())["status"] == "running"
+    assert not (branch / "summary.json").exists()
+
+    def branch_running():
+        summary = json.loads((branch / "summary.json").read_text()) if (branch / "summary.json").exists() else {}
+        return summary.get("status") == "running" and (branch / "checkpoint.prev.pt").exists()
+
+    kill_when(popen_train(args), branch_running)  # the branch saved its step-25 checkpoint
+    done = mbexp_train(args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "resuming" in done.stdout + done.stderr
+    for budget, directory in ((40, branch), (80, trunk)):
+        reference, ref_dir = standalone(tmp_path / "alone", cache, budget, *extra)
+        assert_same_run(directory, ref_dir, reference)
