@@ -60,6 +60,15 @@ def _is_list(value: str) -> bool:
     return "," in value and not any(c in value for c in "()[]{}'\"")
 
 
+def _is_sweep(override: str) -> bool:
+    """Whether Hydra reads `override` as a sweep (a,b / range() / choice() / glob()); one it cannot parse is not:
+    composing it gives the hint."""
+    try:
+        return OverridesParser.create().parse_override(override).is_sweep_override()
+    except HydraException:
+        return False
+
+
 def _file_params(single: list[str]) -> list[str]:
     """The sweep of the experiment file (its `hydra.sweeper.params`) as overrides, which Hydra puts before the
     command line's."""
@@ -78,7 +87,7 @@ def sweep_of(args: list[str]) -> tuple[list[str], dict[str, list[str]]]:
     if "--multirun" in args:
         given = {a.partition("=")[0] for a in mine}
         mine = [p for p in _file_params(mine) if p.partition("=")[0] not in given] + mine
-    single = [a for a in mine if "," not in a.partition("=")[2]]
+    single = [a for a in mine if not _is_sweep(a)]
     lists = {}
     for arg in mine:
         key, _, value = arg.partition("=")

@@ -1,4 +1,5 @@
-"""`python -m mbexp.train [overrides] [-m]`: compose the config with Hydra and train.
+"""`python -m mbexp.train [overrides] [-m] [--skip-impossible]`: check the config (mbexp.preflight), compose it
+with Hydra and train.
 
 Stock Hydra stops reading overrides at `-m`; here `-m`/`--multirun` may stand anywhere.
 """

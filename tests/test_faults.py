@@ -459,9 +459,8 @@ def test_a_full_disk_while_building_the_token_cache_names_the_file_and_errno(tmp
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, 1 << 16))
 
-    path = text_file(tmp_path, TEXT * 20)
     cache = tmp_path / "cache"
-    args = clean(overrides(tmp_path, cache, *SHORT, "data=text", f"data.path={path}", "data.vocab_size=300"))
+    args = clean(overrides(tmp_path, cache, *SHORT, "data.vocab_size=300"))
     proc = subprocess.run([sys.executable, "-m", "mbexp.train", *args], cwd=REPO, capture_output=True, text=True,
                           timeout=300, preexec_fn=small_files)
     assert proc.returncode == 1, proc.stderr[-2000:]
