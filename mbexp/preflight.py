@@ -42,10 +42,10 @@ def check_group_choices(args: list[str]) -> None:
 
 def check_overrides(args: list[str]) -> None:
     """An override without a value, and a key given twice (Hydra would keep the last one silently)."""
+    if any(a.startswith("-") and a != "--multirun" for a in args):
+        return  # Hydra's own flags (--cfg job, --info, ...): leave the command to Hydra
     seen: dict[str, str] = {}
-    for arg in args:
-        if arg.startswith("-"):
-            continue
+    for arg in (a for a in args if a != "--multirun"):
         key, sep, value = arg.partition("=")
         if not sep and not key.startswith("~"):
             raise ConfigError(f"the override {arg!r} has no value: write {key}=VALUE")
