@@ -25,7 +25,7 @@ def save(directory: Path, state: dict) -> None:
 
 
 def load(directory: Path, *, config_hash: str) -> dict | None:
-    """The newest readable checkpoint of this config, or None; damaged files are skipped with a warning."""
+    """The newest readable checkpoint of this config, or None; damaged files are skipped with one warning line."""
     damaged = []
     for name in (LATEST, PREVIOUS):
         path = Path(directory) / name
@@ -35,14 +35,24 @@ def load(directory: Path, *, config_hash: str) -> dict | None:
             state = torch.load(path, map_location="cpu", weights_only=True)
             if not isinstance(state, dict) or state.get("config_hash") != config_hash or "step" not in state:
                 raise ValueError("not a checkpoint of this run's config")
-            return state
         except Exception as exc:  # a truncated zip, garbage bytes, a foreign file: never fatal
-            log.warning("checkpoint %s is unreadable (%s: %s); falling back", path, type(exc).__name__, exc)
-            damaged.append(path.name)
+            damaged.append(f"{name}: {_reason(exc)}")
+            continue
+        if damaged:
+            log.warning("checkpoint unreadable in %s (%s): resuming from %s", directory, "; ".join(damaged), name)
+        return state
     if damaged:
-        log.warning("no readable checkpoint in %s (%s damaged): training again from step 0", directory,
-                    ", ".join(damaged))
+        log.warning("no readable checkpoint in %s (unreadable: %s): training again from step 0", directory,
+                    "; ".join(damaged))
     return None
+
+
+def _reason(exc: Exception) -> str:
+    """Why a checkpoint did not load, in a few words; never torch's advice to load it unsafely."""
+    text = str(exc).strip()
+    if "Weights only load failed" in text:
+        return "it holds objects a safe (weights-only) load refuses; delete it"
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else 'unreadable'}"[:200]
 
 
 def remove(directory: Path) -> None:

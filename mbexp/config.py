@@ -1,8 +1,7 @@
-"""Typed config schemas (registered in Hydra's ConfigStore) and their validation."""
+"""Typed config schemas (registered in Hydra's ConfigStore), composition and conversion (the rules: mbexp.validate)."""
 
 import difflib
 import functools
-import math
 import re
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
@@ -10,11 +9,6 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
-
-from mbexp import names
-from mbexp.corpus import CORPORA
-from mbexp.names import FFNS, GELU_FFNS, GELUS, HIDDEN_RULES, NORMS, PLACEMENTS, POSITIONS, QK_NORMS
-from mbexp.schedule import SCHEDULES, wsd_problem
 
 LOGGERS = ("wandb", "none")
 DEVICES = ("auto", "cpu", "cuda")
@@ -165,112 +159,6 @@ def register() -> None:
     ConfigStore.instance().store(name="mbexp_schema", node=Config)
 
 
-def _choice(key: str, value: Any, choices) -> None:
-    if value not in choices:
-        raise ConfigError(f"{key}={value!r} is not valid; choose one of: {', '.join(map(str, choices))}")
-
-
-def _at_least(key: str, value: float, low: float) -> None:
-    if value < low:
-        raise ConfigError(f"{key}={value} must be >= {low}")
-
-
-def _floats(node, prefix: str = ""):
-    """(dotted key, value) of every float in a config dataclass, list items included (optim.betas)."""
-    for f in fields(node):
-        value = getattr(node, f.name)
-        if is_dataclass(value):
-            yield from _floats(value, f"{prefix}{f.name}.")
-        elif isinstance(value, float):
-            yield f"{prefix}{f.name}", value
-        elif isinstance(value, list):
-            yield from ((f"{prefix}{f.name}", v) for v in value if isinstance(v, float))
-
-
-def validate(cfg: Config) -> Config:
-    """Raise ConfigError naming the key (and the valid choices) for any impossible value."""
-    for key, value in _floats(cfg):  # nan compares false with every bound below: reject it first
-        if not math.isfinite(value):
-            raise ConfigError(f"{key}={value} must be a finite number")
-    for key, value, choices in [
-        ("norm.name", cfg.norm.name, NORMS),
-        ("placement.name", cfg.placement.name, PLACEMENTS),
-        ("ffn.name", cfg.ffn.name, FFNS),
-        ("hidden.name", cfg.hidden.name, HIDDEN_RULES),
-        ("model.pos", cfg.model.pos, POSITIONS),
-        ("model.qk_norm", cfg.model.qk_norm, QK_NORMS),
-        ("ffn.gelu", cfg.ffn.gelu, GELUS),
-        ("data.name", cfg.data.name, CORPORA),
-        ("optim.schedule", cfg.optim.schedule, SCHEDULES),
-        ("logger.name", cfg.logger.name, LOGGERS),
-        ("logger.mode", cfg.logger.mode, ("offline", "online", "disabled")),
-        ("device", cfg.device, DEVICES),
-        ("precision", cfg.precision, PRECISIONS),
-    ]:
-        _choice(key, value, choices)
-    cfg.compile = str(cfg.compile).lower()  # Hydra reads compile=true as a bool
-    _choice("compile", cfg.compile, COMPILE)
-    if cfg.model.d_model % cfg.model.n_heads:
-        raise ConfigError(
-            f"model.d_model={cfg.model.d_model} is not divisible by model.n_heads={cfg.model.n_heads}"
-        )
-    if cfg.model.pos == "rope" and (cfg.model.d_model // cfg.model.n_heads) % 2:
-        raise ConfigError("model.pos=rope needs an even head size (model.d_model / model.n_heads)")
-    _check_model_options(cfg)
-    for key, value, low in [
-        ("optim.warmup_steps", cfg.optim.warmup_steps, 0),
-        ("optim.lr", cfg.optim.lr, 0),
-        ("optim.weight_decay", cfg.optim.weight_decay, 0),
-        ("optim.min_lr_ratio", cfg.optim.min_lr_ratio, 0),
-        ("optim.grad_clip", cfg.optim.grad_clip, 0),  # 0: no clipping
-        ("train.steps", cfg.train.steps, 1),
-        ("train.batch_size", cfg.train.batch_size, 1),
-        ("train.eval_every", cfg.train.eval_every, 1),
-        ("train.log_every", cfg.train.log_every, 1),
-        ("train.checkpoint_every", cfg.train.checkpoint_every, 1),
-        ("hidden.multiple_of", cfg.hidden.multiple_of, 1),
-        ("model.n_layers", cfg.model.n_layers, 1),
-        ("model.seq_len", cfg.model.seq_len, 2),
-        ("data.vocab_size", cfg.data.vocab_size, 260),
-        ("data.val_windows", cfg.data.val_windows, 1),
-        ("seed", cfg.seed, 0),
-    ]:
-        _at_least(key, value, low)
-    if not 0 < cfg.data.val_fraction < 1:
-        raise ConfigError(f"data.val_fraction={cfg.data.val_fraction} must lie strictly between 0 and 1")
-    if not 0 <= cfg.data.test_fraction < 1 - cfg.data.val_fraction:
-        raise ConfigError(f"data.test_fraction={cfg.data.test_fraction} must be >= 0 and leave training data "
-                          f"(data.val_fraction + data.test_fraction < 1)")
-    if problem := wsd_problem(cfg.optim, cfg.train):
-        raise ConfigError(problem)
-    if cfg.data.name == "text" and not cfg.data.path:
-        raise ConfigError("data=text needs data.path=<file, folder or glob>")
-    return cfg
-
-
-def _check_model_options(cfg: Config) -> None:
-    """The model options that depend on one another (docs/model.md)."""
-    m = cfg.model
-    if m.n_kv_heads is not None and (m.n_kv_heads < 1 or m.n_heads % m.n_kv_heads):
-        divisors = [d for d in range(1, m.n_heads + 1) if m.n_heads % d == 0]
-        raise ConfigError(f"model.n_kv_heads={m.n_kv_heads} must divide model.n_heads={m.n_heads}; "
-                          f"choose one of: {', '.join(map(str, divisors))}")
-    if m.pos == "sinusoidal" and m.d_model % 2:
-        raise ConfigError("model.pos=sinusoidal needs an even model.d_model")
-    if m.rope_base != ModelConfig.rope_base and m.pos != "rope":
-        raise ConfigError(f"model.rope_base={m.rope_base} applies only to model.pos=rope; with model.pos={m.pos} "
-                          f"leave it at {ModelConfig.rope_base}")
-    if m.rope_base <= 1:
-        raise ConfigError(f"model.rope_base={m.rope_base} must be > 1")
-    if cfg.ffn.gelu != "exact" and cfg.ffn.name not in GELU_FFNS:
-        raise ConfigError(f"ffn.gelu={cfg.ffn.gelu} applies only to ffn={' or ffn='.join(GELU_FFNS)}; "
-                          f"with ffn={cfg.ffn.name} leave ffn.gelu=exact")
-    options = {key: getattr(cfg.norm, key) for key in ("eps", "bias", "alpha_init")}
-    defaults = {key: getattr(NormConfig, key) for key in options}
-    if message := names.misapplied_norm_option(cfg.norm.name, options, defaults):
-        raise ConfigError(message)
-
-
 def to_object(cfg: DictConfig | Config) -> Config:
     """The plain, validated Config for a composed DictConfig (hydra node removed)."""
     if isinstance(cfg, DictConfig):
@@ -285,6 +173,8 @@ def to_object(cfg: DictConfig | Config) -> Config:
         if OmegaConf.select(cfg, "data.fingerprint") is not None:
             raise ConfigError("data.fingerprint is computed from the corpus content when a run starts; leave it out")
         cfg = OmegaConf.to_object(OmegaConf.merge(_schema(), cfg))
+    from mbexp.validate import validate  # the rules import this module's schema
+
     return validate(cfg)
 
 
@@ -352,7 +242,41 @@ def compose_config(overrides: list[str], *, return_hydra_config: bool = False) -
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             return compose("config", overrides=overrides, return_hydra_config=return_hydra_config)
     except (HydraException, OmegaConfBaseException) as exc:
+        if bad := _unparsable(overrides):
+            raise ConfigError(parse_hint(bad)) from None
         raise ConfigError(_one_line(exc)) from None
+
+
+def _unparsable(overrides: list[str]) -> str | None:
+    """The first override that Hydra's grammar cannot parse, or None."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    for override in overrides:
+        try:
+            parser.parse_overrides([override])
+        except HydraException:
+            return override
+    return None
+
+
+def parse_hint(override: str) -> str:
+    """The error for an override Hydra cannot parse: the key, the value and the spelling that works."""
+    key, _, value = override.partition("=")
+    why = "spaces, brackets or non-ASCII characters in a value need quotes"
+    fix = f"\"{key}='{value}'\""
+    if value.startswith("="):
+        why, fix = "one '=' between key and value", f"{key}={value.lstrip('=')}"
+    elif "${" in value and "}" not in value.partition("${")[2]:
+        escaped = value.replace("${", "\\${")
+        why, fix = "'${' opens an interpolation that is never closed", f"\"{key}='{escaped}'\" (a literal '${{')"
+    else:
+        for opening, closing in ("[]", "{}", "()"):
+            if value.count(opening) > value.count(closing):
+                missing = closing * (value.count(opening) - value.count(closing))
+                why, fix = f"an unclosed '{opening}'", f"{key}={value}{missing}"
+    return f"cannot parse the override {override!r} (key {key}: {why}): write it as {fix}"
 
 
 def _one_line(exc: Exception) -> str:

@@ -1,6 +1,7 @@
 """Corpora as lists of documents: the embedded big.txt, a user's text files, hub datasets."""
 
 import codecs
+import errno
 import glob
 import hashlib
 import os
@@ -83,6 +84,17 @@ def text_files(path: str) -> list[str]:
         return [str(p)]
     if p.is_dir():
         return sorted(str(f) for f in p.rglob("*") if f.is_file() and not f.name.startswith("."))
+    if p.is_symlink() and not p.exists():
+        try:
+            p.resolve(strict=True)
+        except RuntimeError:  # Python < 3.13 reports a loop this way
+            raise CorpusError(f"data.path={path} is a symlink loop; point it at a text file or folder") from None
+        except OSError as err:
+            why = "a symlink loop" if err.errno == errno.ELOOP else f"a broken symlink (to {os.readlink(p)})"
+            raise CorpusError(f"data.path={path} is {why}; point it at a text file or folder") from None
+    if p.exists():
+        raise CorpusError(f"data.path={path} is not a regular file or folder (a device, pipe or socket); "
+                          "give a text file, a folder or a glob")
     matches = sorted(f for f in glob.glob(os.path.expanduser(path), recursive=True) if os.path.isfile(f))
     if not matches:
         raise CorpusError(f"data.path={path} does not exist (no file, folder or glob match)")

@@ -88,7 +88,7 @@ def encode(tok: Tokenizer, docs: Iterable[str], out: Path, *, desc: str, total: 
                                          leave=False) as bar:
             for batch in _batches(docs, chunk):
                 ids = np.concatenate([np.array(enc.ids + [eot], dtype=dtype) for enc in tok.encode_batch(batch)])
-                ids.tofile(f)
+                f.write(ids.tobytes())  # ndarray.tofile's OSError on a full disk carries no errno
                 written["documents"] += len(batch)
                 written["bytes"] += sum(len(d.encode()) for d in batch)
                 written["tokens"] += int(ids.size)

@@ -63,8 +63,13 @@ def named(path: str | Path):
 
 
 def write_error(err: BaseException) -> str | None:
-    """`cannot write PATH: STRERROR (ERRNO)` for an OSError of a disk that takes no more writes, else None."""
-    if not isinstance(err, OSError) or err.errno not in WRITE_ERRNOS:
+    """`cannot write PATH: STRERROR (ERRNO)` for an OSError of a disk that takes no more writes, also one that
+    another error wraps (datasets' DatasetGenerationError), else None."""
+    for _ in range(8):  # the chain of causes is short; never follow a cycle
+        if err is None or isinstance(err, OSError) and err.errno in WRITE_ERRNOS:
+            break
+        err = err.__cause__ or err.__context__
+    if err is None or not isinstance(err, OSError) or err.errno not in WRITE_ERRNOS:
         return None
     return f"cannot write {err.filename or '?'}: {err.strerror} ({errno.errorcode[err.errno]})"
 

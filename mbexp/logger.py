@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlparse
 
+WANDB_MODES = ("offline", "online", "disabled")  # logger.mode and $WANDB_MODE
 PROBE_TIMEOUT_S = 3.0  # how long an online run waits to learn that W&B's server is unreachable
 INIT_TIMEOUT_S = 10.0  # wandb.init's own wait for a server that answers the probe (its default: 90 s); then offline
 _offline_reason: dict[str, str | None] = {}  # base URL -> why online failed (None: it worked), once per process

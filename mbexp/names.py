@@ -3,7 +3,7 @@ and the config checks can use them without loading the model; each dispatch regi
 model.ffn.ACTIVATIONS, model.FINAL_NORM, ...) is keyed by exactly these names, which tests/test_model.py checks."""
 
 NORMS = ("layer", "rms", "dyt")
-# the norm.* options each norm takes; any other norm.* key must keep its default (config.validate)
+# the norm.* options each norm takes; any other norm.* key must keep its default (mbexp.validate)
 NORM_OPTIONS = {"layer": ("eps", "bias"), "rms": ("eps",), "dyt": ("alpha_init",)}
 PLACEMENTS = ("pre", "post", "peri", "output", "deepnorm")
 FFNS = ("relu", "gelu", "swish", "glu", "bilinear", "reglu", "geglu", "swiglu")

@@ -1,4 +1,5 @@
-"""`python -m mbexp.train [overrides] [-m]`: compose the config with Hydra and train.
+"""`python -m mbexp.train [overrides] [-m] [--skip-impossible]`: check the config (mbexp.preflight), compose it
+with Hydra and train.
 
 Stock Hydra stops reading overrides at `-m`; here `-m`/`--multirun` may stand anywhere.
 """
@@ -13,17 +14,27 @@ import tempfile
 from pathlib import Path
 
 import hydra
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import CompactHydraException, HydraException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from mbexp import distributed
-from mbexp.config import CONF_DIR, Config, ConfigError, compose_config, register, to_object
+from mbexp.config import CONF_DIR, Config, ConfigError, register, to_object
 from mbexp.corpus import CorpusError, fingerprint
 from mbexp.declarations import ClaimsError
 from mbexp.declarations import check as check_claims
-from mbexp.io import disk_full, read_summary, write_error
+from mbexp.io import disk_full, read_summary, write_error, write_text
+from mbexp.preflight import (
+    SKIP_ENV,
+    SKIP_FLAG,
+    check_config,
+    check_environment,
+    check_group_choices,
+    check_overrides,
+    impossible_line,
+    split_commands,
+    sweep_of,
+)
 from mbexp.run_state import failure_text
 from mbexp.runs import run_dir
 from mbexp.speed import resolve_precision
@@ -31,28 +42,12 @@ from mbexp.trainer import resolve_device, train
 
 log = logging.getLogger("mbexp")
 MULTIRUN_FLAGS = ("-m", "--multirun")
-GROUPS = ("norm", "placement", "ffn", "hidden", "model", "data", "optim", "logger", "experiment", "arch")
 
 
 def normalize_argv(argv: list[str]) -> list[str]:
     """Move a -m/--multirun found anywhere to the front, where Hydra's argparse expects it."""
     rest = [a for a in argv[1:] if a not in MULTIRUN_FLAGS]
     return argv[:1] + (["--multirun"] if len(rest) < len(argv) - 1 else []) + rest
-
-
-def check_group_choices(args: list[str]) -> None:
-    """Fail fast, before any job runs, on an unknown option of a config group (also inside a sweep list)
-    and on device=cuda without CUDA."""
-    for arg in args:
-        key, sep, value = arg.lstrip("+~").partition("=")
-        if key == "device" and "cuda" in value.split(","):
-            resolve_device("cuda")
-        if not sep or key not in GROUPS or value.startswith(("choice(", "range(", "glob(")):
-            continue
-        valid = sorted(p.stem for p in (CONF_DIR / key).glob("*.yaml"))
-        for choice in value.split(","):
-            if choice and choice not in valid:
-                raise ConfigError(f"{key}={choice!r} is not valid; choose one of: {', '.join(valid)}")
 
 
 class JobFailed(CompactHydraException):
@@ -98,6 +93,11 @@ def _planned_dir(cfg: DictConfig) -> Path:
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def _job(cfg: DictConfig) -> float | None:
+    if os.environ.get(SKIP_ENV):  # a combination the pre-flight named and recorded as skipped
+        try:
+            to_object(cfg)
+        except ConfigError:
+            return None
     try:
         summary = train(cfg)
     except (ConfigError, CorpusError) as exc:  # the user's input: one clear line, no traceback
@@ -133,90 +133,59 @@ def _terminated(signum, frame):
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
-# the most combinations of a sweep's plain lists checked one by one before any job (each takes a few ms, a new
-# combination of config groups ~50 ms of composing); a larger product checks each value beside the other
-# lists' first values instead, and leaves a value that is bad only beside another list's value to its job
-MAX_COMBINATIONS = 512
-
-
-def check_config(args: list[str]) -> list[Config]:
-    """Compose and validate the config with the overrides that hold a single value, then every combination of
-    the plain sweep lists (`key=a,b,c`) as the sweep will run it, so that a bad value or an impossible
-    combination stops here with one line before Hydra starts any job. Sweep functions (range(), choice(),
-    glob()), other brackets and quoted values are left to the jobs. Returns the configs checked."""
-    if any(a.startswith("-") and a != "--multirun" for a in args):
-        return []  # Hydra's own flags (--cfg, --info, ...): leave the command to Hydra
-    mine = [a for a in args if a != "--multirun" and not a.lstrip("+~").startswith("hydra")]
-    # one value: no comma, or one list in brackets (train.budgets=[400,800] is a list, not a sweep)
-    single = [a for a in mine if "," not in (v := a.partition("=")[2]) or (v[:1], v[-1:]) == ("[", "]")]
-    lists = {}
-    for arg in mine:
-        key, _, value = arg.partition("=")
-        if "," in value and not any(c in value for c in "()[]{}'\""):
-            lists[key] = list(dict.fromkeys(value.split(",")))
-    try:
-        base = to_object(compose_config(single))
-    except ConfigError:
-        if not lists:
-            raise
-        base = None  # it may lack what every combination sets (data=text with data.path=a.txt,b.txt)
-    combinations = [[f"{k}={v}" for k, v in zip(lists, values)] for values in itertools.product(*lists.values())]
-    if len(combinations) > MAX_COMBINATIONS:
-        combinations = [[*(f"{k}={vs[0]}" for k, vs in lists.items() if k != key), f"{key}={v}"]
-                        for key, values in lists.items() for v in values]
-    composed: dict[tuple, DictConfig] = {}
-    failures, configs = [], [] if base is None else [base]
-    for combination in combinations if lists else []:
-        try:
-            configs.append(to_object(_compose(single, combination, composed)))
-        except ConfigError as exc:
-            failures.append((combination, str(exc)))
-    reasons = {why for _, why in failures}
-    if len(reasons) == 1 and (len(failures) == len(combinations) or len(lists) == 1):
-        raise ConfigError(reasons.pop())  # not the sweep's doing, or one list's bad value: its message names it
+def preflight(args: list[str], skip: bool) -> list[Config]:
+    """Every check that can stop the command before Hydra starts a job; with `skip`, the impossible combinations
+    of the sweep are named, counted and recorded instead, and the others run."""
+    check_overrides(args)
+    check_group_choices(args)
+    configs, failures, total = check_config(args)
+    if failures and not skip:
+        _, lists = sweep_of(args)
+        commands = split_commands(args, failures) if total == len(list(itertools.product(*lists.values()))) else []
+        if commands:  # stdout: the error stays one line on stderr
+            print(f"the possible combinations run with these commands (or add {SKIP_FLAG}):\n" + "\n".join(commands))
+        raise ConfigError(impossible_line(failures, total, len(lists)))
+    check_environment(configs, args)
+    for path in dict.fromkeys(c.data.path for c in configs if c.data.name == "text"):
+        fingerprint("text", path=path)  # a file that is not text stops before Hydra's folders
     if failures:
-        shown = "; ".join(f"{' '.join(c)} ({why})" for c, why in failures[:6])
-        more = f"; and {len(failures) - 6} more" if len(failures) > 6 else ""
-        raise ConfigError(f"{len(failures)} of {len(combinations)} combinations of this sweep cannot run: {shown}"
-                          f"{more}; leave them out (split the sweep into commands without them)")
+        where = Path(configs[0].results_dir, "runs", configs[0].name, "skipped.txt")
+        lines = [f"{' '.join(c)}  # {why}" for c, why in failures]
+        old = where.read_text(encoding="utf-8").splitlines() if where.is_file() else []
+        write_text(where, "\n".join(dict.fromkeys(old + lines)) + "\n")
+        print(f"warning: skipping {len(failures)} of {total} combinations that cannot run (listed in {where}): "
+              + "; ".join(line.replace("  # ", " (") + ")" for line in lines[:6])
+              + (f"; and {len(failures) - 6} more" if len(failures) > 6 else ""), file=sys.stderr)
+        os.environ[SKIP_ENV] = "1"
     return configs
 
 
-def _compose(single: list[str], combination: list[str], composed: dict) -> DictConfig:
-    """The config of one sweep combination: the config groups it picks composed once (cached in `composed`),
-    its plain values set on a copy, as Hydra sets command-line values after every default. A value that does
-    not set cleanly is composed the slow way, for Hydra's own message."""
-    groups = tuple(o for o in combination if _is_group(o))
-    if groups not in composed:
-        composed[groups] = compose_config([*single, *groups])
-    cfg = composed[groups].copy()
-    try:
-        for override in OverridesParser.create().parse_overrides([o for o in combination if not _is_group(o)]):
-            if override.is_add():
-                raise ValueError("a new key")
-            OmegaConf.update(cfg, override.key_or_group, override.value(), merge=True)
-    except (ValueError, HydraException, OmegaConfBaseException):
-        return compose_config([*single, *combination])
-    return cfg
+class _QuietHydra:
+    """stderr without Hydra's "Error executing job with overrides" line: the error line that follows says more."""
 
+    def __init__(self, stream):
+        self.stream = stream
 
-def _is_group(override: str) -> bool:
-    key = override.partition("=")[0].lstrip("+~")
-    return key in GROUPS or "/" in key or "@" in key
+    def write(self, text: str) -> int:
+        return len(text) if text.startswith("Error executing job with overrides") else self.stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
 
 
 def main() -> None:
-    sys.argv = normalize_argv(sys.argv)
+    skip = SKIP_FLAG in sys.argv
+    sys.argv = normalize_argv([a for a in sys.argv if a != SKIP_FLAG])
     try:
-        check_group_choices(sys.argv[1:])
-        configs = check_config(sys.argv[1:])
-        for path in dict.fromkeys(c.data.path for c in configs if c.data.name == "text"):
-            fingerprint("text", path=path)  # a file that is not text stops before Hydra's folders
+        configs = preflight(sys.argv[1:], skip)
         for results_dir in dict.fromkeys(c.results_dir for c in configs):
             check_claims(results_dir)  # a broken claims file stops here: its runs could record no declaration
     except (ConfigError, CorpusError, ClaimsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except OSError as exc:  # recording the skipped combinations
+        print(f"error: {write_error(exc) or exc}", file=sys.stderr)
+        sys.exit(1)
     register()
     # Hydra then raises a job's exception here instead of printing it and exiting 1 itself, so the
     # exit code can say what failed (2: the input, 1: a run, 3: a run left to another process) whichever
@@ -226,6 +195,7 @@ def main() -> None:
     moved = hydra_dirs(configs[0] if configs else None, sys.argv[1:])
     sys.argv += moved
     signal.signal(signal.SIGTERM, _terminated)
+    sys.stderr = _QuietHydra(sys.stderr)
     try:
         _job()
     except JobFailed as exc:
@@ -233,7 +203,7 @@ def main() -> None:
         print(f"error: {exc}{more}", file=sys.stderr)
         sys.exit(exc.code)
     except (HydraException, OmegaConfBaseException) as exc:  # an override Hydra cannot apply
-        print(f"error: {str(exc).strip()}", file=sys.stderr)
+        print(f"error: {str(exc).strip().splitlines()[0]}", file=sys.stderr)
         sys.exit(2)
     except OSError as exc:  # Hydra's own files (its log folder) on a disk that takes no writes
         if not write_error(exc):

@@ -171,6 +171,9 @@ def _run(cfg: Config, data: TokenData, device: torch.device, ddp: distributed.Di
     lock = RunLock(directory) if ddp.is_main else contextlib.nullcontext()
     try:
         with lock:
+            if ddp.is_main:  # a write killed mid-way (SIGKILL) leaves its temporary file; we hold the lock
+                for orphan in directory.glob(".*.tmp"):
+                    orphan.unlink(missing_ok=True)
             # another process may have finished it between the first look and the lock
             return finished(directory, chash, cfg.force) or _train(cfg, data, directory, chash, device, ddp, found,
                                                                    [b for b in branches if b.pending()])

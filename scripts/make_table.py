@@ -2,14 +2,15 @@
 experiment's markdown table."""
 
 import argparse
+import errno
 import logging
 import os
+import re
+import shlex
 import sys
 from pathlib import Path
 
-from mbexp.analysis import claims, outputs, render, report, table
-from mbexp.analysis.collect import collect_runs
-from mbexp.io import read_summary, write_error
+SKIPPED = 4  # tables written, but some file was left out (each named in a `warning:` line)
 
 
 def baseline_arg(text: str) -> tuple[str, str]:
@@ -23,28 +24,62 @@ def baseline_arg(text: str) -> tuple[str, str]:
 def main(argv: list[str] | None = None) -> int:
     """Exit 0: tables written (or no runs at all); 1: a malformed input, nothing finished but some runs left
     unfinished, or a folder that takes no writes; 2: bad arguments (argparse's code), a missing --results, a bad
-    claims file."""
+    claims file or a bad $WANDB_MODE; 4: tables written, some files left out; 130: interrupted."""
     try:
         return _main(argv)
-    except OSError as err:  # results/ or wandb/ read-only or full: one line, not a traceback
-        if not write_error(err):
-            raise
-        print(f"error: {write_error(err)}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("interrupted: tables and figures already written are whole (each is replaced in one step); "
+              "rerun make table", file=sys.stderr)
+        return 130
+    except OSError as err:  # results/ or wandb/ read-only or full, a file that cannot be read: one line
+        from mbexp.io import write_error
+
+        line = write_error(err) or (f"cannot use {err.filename or '?'}: {err.strerror} "
+                                    f"({errno.errorcode.get(err.errno, err.errno)}); check the path and rerun")
+        print(f"error: {line}", file=sys.stderr)
         return 1
+
+
+def resume_command(command: str | None, results: Path) -> str:
+    """A run's recorded command, pointed at the results folder it now lies in (a copied folder resumes the copy)."""
+    if not command:
+        return "rerun the command that started it"
+    args = shlex.split(command)
+    here = f"results_dir={results}"
+    given = [re.match(r"\+?results_dir=", a) is not None for a in args]
+    moved = [here if g else a for a, g in zip(args, given)]
+    if not any(given) and results != Path("results"):  # the command relied on the default results_dir
+        moved.append(here)
+    return shlex.join(moved)
 
 
 def unfinished_line(runs, results: Path) -> str:
     """The error for results holding only unfinished runs: each, and the command that resumes it."""
+    from mbexp.io import read_summary
+
     named = []
     for run in runs.itertuples():
-        command = (read_summary(run.path) or {}).get("command") or "rerun the command that started it"
+        command = resume_command((read_summary(run.path) or {}).get("command"), results)
         steps = f" of {int(run.steps)}" if run.steps == run.steps else ""  # NaN: a summary older than `steps`
         named.append(f"{run.path} ({run.status} at step {int(run.step)}{steps}): {command}")
     return (f"no finished runs under {results / 'runs'}; {len(named)} left unfinished, each resumed by its "
             f"command: {'; '.join(named)}")
 
 
+class _Counter(logging.Handler):
+    """Counts the warnings of the reading of runs: each is a file left out."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += 1
+
+
 def _main(argv: list[str] | None) -> int:
+    from mbexp.analysis import table
+
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--results", type=Path, default=Path("results"), help="results directory (default: results)")
     parser.add_argument("--strict", action="store_true", help="fail on a malformed summary.json instead of skipping")
@@ -54,20 +89,40 @@ def _main(argv: list[str] | None) -> int:
                         help=f"config key chosen per row on validation when swept (default: {table.TUNE})")
     parser.add_argument("--margin", type=float, default=table.MARGIN,
                         help=f"equivalence margin in nats for the TOST mark (default: {table.MARGIN})")
-    parser.add_argument("--only", metavar="EXPERIMENT", help="print only this experiment's table (all are written)")
+    parser.add_argument("--only", metavar="EXPERIMENT",
+                        help="this experiment only: its tables, figures and W&B run (other files untouched)")
     parser.add_argument("--wandb", action=argparse.BooleanOptionalAction, default=True,
                         help="log the tables and figures to a W&B run of job type `table` (default: on, offline)")
     parser.add_argument("--wandb-dir", default=os.environ.get("WANDB_DIR", "."),
                         help="where wandb/ goes (default: $WANDB_DIR or .)")
     args = parser.parse_args(argv)
+    logging.addLevelName(logging.WARNING, "warning")
     logging.basicConfig(format="%(levelname)s: %(message)s")
     if not args.results.is_dir():
         print(f"error: --results {args.results} is not a folder (it should hold runs/)", file=sys.stderr)
         return 2
+    from mbexp.logger import WANDB_MODES
+
+    if args.wandb and (mode := os.environ.get("WANDB_MODE")) is not None and mode not in WANDB_MODES:
+        print(f"error: WANDB_MODE={mode!r} (environment) is not valid; choose one of: {', '.join(WANDB_MODES)} "
+              "(or --no-wandb)", file=sys.stderr)
+        return 2
+    return _tables(args)
+
+
+def _tables(args) -> int:
+    from mbexp.analysis import claims, outputs, render, report, table
+    from mbexp.analysis.collect import collect_runs, log
+
+    skipped = _Counter()
+    log.addHandler(skipped)
     try:
         runs = collect_runs(args.results, strict=args.strict)
+        if args.only:
+            runs = runs[runs["experiment"] == args.only]
         tables = table.tables_for(runs, dict(args.baseline), tune=args.tune, margin=args.margin)
-        verdicts = claims.evaluate_file(args.results / "claims.yaml", tables)  # none without a claims file
+        # claims compare experiments: --only leaves them, and their files, alone
+        verdicts = [] if args.only else claims.evaluate_file(args.results / "claims.yaml", tables)
     except claims.ClaimsError as err:  # a bad claims file: one line naming it and the claim, nothing written
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -78,19 +133,18 @@ def _main(argv: list[str] | None) -> int:
         print(f"error: {unfinished_line(runs, args.results)}", file=sys.stderr)
         return 1
     if not tables:
-        print(f"no finished runs under {args.results / 'runs'} — run python -m mbexp.train first")
+        only = f" of experiment {args.only}" if args.only else ""
+        print(f"no finished runs{only} under {args.results / 'runs'} — run python -m mbexp.train first")
         return 0
     written = outputs.write_outputs(args.results, tables)
     for experiment, paths in written.items():
-        if args.only and experiment != args.only:
-            continue
         print(f"## {experiment} → {', '.join(map(str, paths))}\n")
         print(render.to_markdown(tables[experiment]))
         fit = [p for p in paths if p.name == f"{experiment}_fit.md"]  # a size ladder's fit (outputs.write_ladder)
         if fit:
             print(fit[0].read_text(encoding="utf-8"))
     claims_paths = outputs.write_claims(args.results, verdicts)
-    if claims_paths and not args.only:
+    if claims_paths:
         print(f"## claims → {', '.join(map(str, claims_paths))}\n")
         print(report.claims_markdown(verdicts))
     if args.wandb:
@@ -99,6 +153,10 @@ def _main(argv: list[str] | None) -> int:
         run_dir = log_tables(tables, written, wandb_dir=args.wandb_dir,
                              claims=report.claims_display(verdicts) if verdicts else None)
         print(f"W&B run of job type `table`: {run_dir}")
+    if skipped.count:
+        print(f"warning: {skipped.count} run file(s) left out or counted as diverged (each named above); the "
+              "tables hold the other runs", file=sys.stderr)
+        return SKIPPED
     return 0
 
 

@@ -378,3 +378,245 @@ def test_a_hub_corpus_fingerprint_follows_its_content(tmp_path, monkeypatch):
     first = stories("Once upon a time.", "The end.")
     assert corpus.fingerprint("tinystories") == first  # the same files, read again
     assert stories("Once upon a time.", "A different end.") != first
+
+
+# ---- every value checked before any job: (id, the overrides given a test's folder, environment, the one line) ----
+def results_dir_is_a_file(tmp: Path) -> list[str]:
+    (tmp / "afile").write_text("not a folder\n")
+    return [f"results_dir={tmp / 'afile'}"]
+
+
+def symlink_loop(tmp: Path) -> list[str]:
+    (tmp / "loop").symlink_to(tmp / "loop")
+    return ["data=text", f"data.path={tmp / 'loop'}"]
+
+
+PREFLIGHT = [
+    ("n_heads 0", ["model.n_heads=0"], {}, "model.n_heads=0 must be >= 1"),
+    ("n_heads -2", ["model.n_heads=-2"], {}, "model.n_heads=-2 must be >= 1"),
+    ("d_model 0", ["model.d_model=0"], {}, "model.d_model=0 must be >= 1"),
+    ("d_model -32", ["model.d_model=-32"], {}, "model.d_model=-32 must be >= 1"),
+    ("betas 1.5", ["optim.betas=[1.5,0.9]"], {}, "optim.betas=[1.5, 0.9] must be two numbers in [0, 1)"),
+    ("betas one", ["optim.betas=[0.9]"], {}, "optim.betas=[0.9] must be two numbers in [0, 1)"),
+    ("betas none", ["optim.betas=[]"], {}, "optim.betas=[] must be two numbers in [0, 1)"),
+    ("norm.eps -1", ["norm.eps=-1"], {}, "norm.eps=-1.0 must be > 0"),
+    ("diverge_factor -1", ["train.diverge_factor=-1"], {}, "train.diverge_factor=-1.0 must be > 1"),
+    ("max_docs 0", ["data.max_docs=0"], {}, "data.max_docs=0 must be >= 1, or null for every document"),
+    ("max_docs -5", ["data.max_docs=-5"], {}, "data.max_docs=-5 must be >= 1"),
+    ("min_lr_ratio 5", ["optim.min_lr_ratio=5"], {}, "optim.min_lr_ratio=5.0 must lie between 0 and 1"),
+    ("lr 0", ["optim.lr=0"], {}, "optim.lr=0.0 must be > 0"),
+    ("name escapes", ["name=../../escape"], {}, "name='../../escape' is not valid; use letters, digits"),
+    ("name empty", ["name="], {}, "name='' is not valid"),
+    ("WANDB_MODE typo", ["logger=wandb"], {"WANDB_MODE": "ofline"},
+     "WANDB_MODE='ofline' (environment) is not valid; choose one of: offline, online, disabled"),
+    ("results_dir a file", results_dir_is_a_file, {}, "cannot be a folder:"),
+    ("double =", ["optim.lr==3"], {}, "(key optim.lr: one '=' between key and value): write it as optim.lr=3"),
+    ("no =", ["optim.lr"], {}, "the override 'optim.lr' has no value: write optim.lr=VALUE"),
+    ("open interpolation", ["name=${oops"], {}, "(key name: '${' opens an interpolation that is never closed)"),
+    ("open bracket", ["optim.betas=[0.9,0.95"], {}, "(key optim.betas: an unclosed '['): write it as "
+                                                     "optim.betas=[0.9,0.95]"),
+    ("symlink loop", symlink_loop, {}, "loop is a symlink loop"),
+    ("/dev/null", ["data=text", "data.path=/dev/null"], {}, "data.path=/dev/null is not a regular file or folder"),
+    ("n_jobs 0", ["-m", "seed=0,1", "hydra/launcher=joblib", "hydra.launcher.n_jobs=0"], {},
+     "hydra.launcher.n_jobs=0 is not valid; give a positive number of jobs"),
+    ("torchrun batch", ["train.batch_size=3"], {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"},
+     "train.batch_size=3 does not divide among WORLD_SIZE=2 ranks"),
+    ("slurm without SLURM", ["-m", "seed=0,1", "hydra/launcher=slurm"], {"PATH": str(Path(sys.executable).parent)},
+     "hydra/launcher=slurm needs SLURM (no sbatch on PATH)"),
+    ("an experiment file's grid", ["-m", "+experiment=ladder_cpu", "model.n_kv_heads=2", "seed=0"], {},
+     "error: 6 of 12 combinations of this sweep cannot run: model=ladder96 ffn=relu (model.n_kv_heads=2 must divide "
+     "model.n_heads=3; choose one of: 1, 3)"),
+]
+
+
+@pytest.mark.parametrize(("extra", "env", "says"), [c[1:] for c in PREFLIGHT], ids=[c[0] for c in PREFLIGHT])
+def test_every_value_is_checked_before_any_file(tmp_path, cache, extra, env, says):
+    args = extra(tmp_path) if callable(extra) else extra
+    before = sorted(tmp_path.rglob("*"))
+    proc = run_cli(tmp_path, cache, *args, env=env, logger="wandb" if "logger=wandb" in args else "none")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    (line,) = flagged(proc.stderr)
+    assert line.startswith("error: ") and says in line, line
+    assert "Traceback" not in proc.stderr + proc.stdout and "Error executing job" not in proc.stderr
+    assert sorted(tmp_path.rglob("*")) == before, "no file written"
+
+
+def test_a_refused_sweep_prints_the_commands_that_run_the_rest(tmp_path, cache):
+    proc = run_cli(tmp_path, cache, "-m", "model.n_heads=2,4", "model.n_kv_heads=2,4")
+    assert proc.returncode == 2 and len(flagged(proc.stderr)) == 1
+    commands = [line for line in proc.stdout.splitlines() if line.startswith("python -m mbexp.train")]
+    assert [c.split()[-2:] for c in commands] == [["model.n_heads=2", "model.n_kv_heads=2"],
+                                                  ["model.n_heads=4", "model.n_kv_heads=2,4"]]
+    assert "--skip-impossible" in proc.stdout and not (tmp_path / "results").exists()
+
+
+def test_skip_impossible_runs_the_rest_and_records_the_skipped(tmp_path, cache):
+    proc = run_cli(tmp_path, cache, "-m", "model.n_heads=2,4", "model.n_kv_heads=2,4", "--skip-impossible",
+                   "train.steps=1", "train.eval_every=1")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (line,) = flagged(proc.stderr)
+    assert line.startswith("warning: skipping 1 of 4 combinations that cannot run") and "model.n_heads=2 " \
+        "model.n_kv_heads=4 (model.n_kv_heads=4 must divide model.n_heads=2" in line
+    assert sorted((s["identity"]["model.n_heads"], s["identity"].get("model.n_kv_heads"))
+                  for s in summaries(tmp_path / "results")) == [(2, 2), (4, 2), (4, 4)]
+    (record,) = (tmp_path / "results" / "runs").glob("*/skipped.txt")
+    assert record.read_text().splitlines() == ["model.n_heads=2 model.n_kv_heads=4  # model.n_kv_heads=4 must "
+                                               "divide model.n_heads=2; choose one of: 1, 2"]
+
+
+@pytest.mark.parametrize("twice", [["-m", "seed=0,1", "seed=2"], ["norm=rms", "norm=dyt"]])
+def test_a_key_given_twice_is_refused(tmp_path, cache, twice):
+    # mbexp_train's clean() keeps a key's last value: this command line goes to the CLI as typed
+    proc = subprocess.run([sys.executable, "-m", "mbexp.train", *clean(overrides(tmp_path, cache, *SHORT)), *twice],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    (line,) = flagged(proc.stderr)
+    key = twice[-1].partition("=")[0]
+    assert line == (f"error: {key} is given twice ({twice[-2]} and {twice[-1]}): give each key once; a sweep lists "
+                    f"its values in one override ({key}=a,b,c)")
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_full_disk_while_building_the_token_cache_names_the_file_and_errno(tmp_path):
+    import resource
+
+    def small_files():  # files over 64 kB fail with EFBIG, as a full disk fails with ENOSPC
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, 1 << 16))
+
+    cache = tmp_path / "cache"
+    args = clean(overrides(tmp_path, cache, *SHORT, "data.vocab_size=300"))
+    proc = subprocess.run([sys.executable, "-m", "mbexp.train", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, preexec_fn=small_files)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    (line,) = flagged(proc.stderr)
+    assert "/train.bin: File too large (EFBIG)); rerun the same command to resume once the disk takes writes" in line
+    assert str(cache) in line and "Traceback" not in proc.stderr
+    assert not list(cache.rglob("*.tmp")) and not list(cache.rglob("meta.json"))
+
+
+def test_a_failed_job_of_a_sweep_prints_no_hydra_line(tmp_path, cache):
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("a file where the token cache should be\n")
+    proc = run_cli(tmp_path, cache, "-m", "seed=0,1", f"data.cache_dir={not_a_dir}")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    (line,) = flagged(proc.stderr)
+    assert "failed before it wrote any run file" in line and "Error executing job" not in proc.stderr
+
+
+def garbage_checkpoint(directory: Path) -> None:
+    (directory / "checkpoint.pt").write_bytes(b"not a checkpoint, not a zip" * 50)
+
+
+def leftover_tmp(directory: Path) -> None:
+    for name in (".summary.json.abc.tmp", ".checkpoint.pt.def.tmp"):
+        (directory / name).write_bytes(b"half")
+
+
+@pytest.mark.parametrize("damage", [garbage_checkpoint, leftover_tmp], ids=["garbage checkpoint", "leftover .tmp"])
+def test_a_damaged_run_directory_trains_with_at_most_one_line(tmp_path, cache, damage):
+    directory = the_run_dir(tmp_path, cache)
+    directory.mkdir(parents=True)
+    damage(directory)
+    proc = run_cli(tmp_path, cache)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout + proc.stderr
+    said = [line for line in out.splitlines() if "checkpoint" in line and "unreadable" in line]
+    assert len(said) == (damage is garbage_checkpoint) and "weights_only" not in out and "Traceback" not in out
+    assert [s["status"] for s in summaries(tmp_path / "results")] == ["completed"]
+    assert not list(directory.glob(".*.tmp"))
+
+
+# ---- make table: a bad file is named and left out, the rest tabled; a fault is one line ----
+def make_table(results: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "scripts/make_table.py", "--results", str(results), *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
+
+
+def test_make_table_only_writes_that_experiment_and_nothing_else(tmp_path):
+    from test_table import write_run
+
+    for seed in range(2):
+        write_run(tmp_path, seed=seed, experiment="quick", curve=[7.0, 6.0])
+        write_run(tmp_path, seed=seed, experiment="other", curve=[7.0, 6.0])
+    first = make_table(tmp_path, "--only", "quick", "--no-wandb")
+    assert first.returncode == 0, first.stderr
+    written = [p.name for p in tmp_path.glob("*/*") if p.parent.name in ("tables", "figures")]
+    assert written and all(name.startswith("quick") for name in written), written
+    assert make_table(tmp_path, "--no-wandb").returncode == 0
+    (tmp_path / "tables" / "other.md").write_text("untouched\n")
+    stamps = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file() and "quick" not in p.name}
+    again = make_table(tmp_path, "--only", "quick", "--no-wandb")
+    assert again.returncode == 0 and "## other" not in again.stdout
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+    assert (tmp_path / "tables" / "other.md").read_text() == "untouched\n"
+
+
+def non_utf8_metrics(results: Path) -> tuple[Path, str]:
+    from test_table import write_run
+
+    write_run(results, seed=0, curve=[7.0, 6.0])
+    bad = write_run(results, seed=1, curve=[7.0, 6.0]) / "metrics.jsonl"
+    bad.write_bytes(bad.read_bytes() + b'{"val_loss": "caf\xe9"}\n')
+    write_run(results, experiment="other", curve=[7.0, 6.0])
+    return bad, "not UTF-8 (byte 0xe9"
+
+
+def nan_final_loss(results: Path) -> tuple[Path, str]:
+    from test_table import write_run
+
+    write_run(results, seed=0, final=5.0)
+    write_run(results, seed=2, final=5.2)
+    bad = write_run(results, seed=1, final=math.nan) / "summary.json"
+    return bad, "status completed with final_val_loss=nan"
+
+
+@pytest.mark.parametrize("bad_file", [non_utf8_metrics, nan_final_loss], ids=["non-UTF-8 metrics", "NaN final loss"])
+def test_make_table_names_a_bad_file_tables_the_rest_and_strict_refuses(tmp_path, bad_file):
+    bad, says = bad_file(tmp_path)
+    done = make_table(tmp_path, "--no-wandb")
+    assert done.returncode == 4, done.stderr[-2000:]
+    warnings = flagged(done.stderr)
+    assert len(warnings) == 2 and str(bad) in warnings[0] and says in warnings[0], warnings
+    assert warnings[1].startswith("warning: 1 run file(s) left out or counted as diverged")
+    quick = (tmp_path / "tables" / "quick.md").read_text()
+    assert "nan" not in quick.lower() and "Traceback" not in done.stderr
+    strict = make_table(tmp_path, "--no-wandb", "--strict")
+    assert strict.returncode == 1 and "Traceback" not in strict.stderr
+    (line,) = flagged(strict.stderr)
+    assert line.startswith(f"error: {bad}: ")
+
+
+def copied_unfinished_run(tmp: Path) -> tuple[list[str], dict, str]:
+    from test_table import write_run
+
+    write_run(tmp / "copy", status="interrupted", command="python -m mbexp.train +experiment=smoke "
+              "results_dir=/elsewhere/results seed=0")
+    return [], {}, f"python -m mbexp.train +experiment=smoke results_dir={tmp / 'copy'} seed=0"
+
+
+def interrupted_while_reading(tmp: Path) -> tuple[list[str], dict, str]:
+    (tmp / "copy" / "runs").mkdir(parents=True)
+    return ["-c", "import runpy, sys\nfrom mbexp.analysis import collect\n"
+            "def stop(*a, **k):\n    raise KeyboardInterrupt\ncollect.collect_runs = stop\n"
+            f"sys.argv = ['make_table.py', '--results', {str(tmp / 'copy')!r}]\n"
+            "runpy.run_path('scripts/make_table.py', run_name='__main__')\n"], {}, "interrupted: "
+
+
+def wandb_mode_typo(tmp: Path) -> tuple[list[str], dict, str]:
+    (tmp / "copy" / "runs").mkdir(parents=True)
+    return [], {"WANDB_MODE": "ofline"}, "error: WANDB_MODE='ofline' (environment) is not valid"
+
+
+@pytest.mark.parametrize(("case", "code"), [(copied_unfinished_run, 1), (interrupted_while_reading, 130),
+                                            (wandb_mode_typo, 2)], ids=["copied run", "Ctrl-C", "WANDB_MODE"])
+def test_make_table_faults_end_in_one_line(tmp_path, case, code):
+    script, env, says = case(tmp_path)
+    before = sorted(tmp_path.rglob("*"))
+    cmd = [sys.executable, *script] if script else [sys.executable, "scripts/make_table.py", "--results",
+                                                    str(tmp_path / "copy")]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, env={**os.environ, **env})
+    assert proc.returncode == code, proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and says in lines[0] and "Traceback" not in proc.stderr, lines
+    assert sorted(tmp_path.rglob("*")) == before, "no file written"

@@ -18,7 +18,11 @@ def overrides(tmp: Path, cache: Path, *extra: str, logger: str = "none") -> list
 
 
 def clean(args: list[str]) -> list[str]:
-    return [a for a in args if a]
+    """`args` without empty strings, and a key given twice only at its last value (a test's extra override
+    replaces SMOKE's; the command line itself refuses a key given twice)."""
+    args = [a for a in args if a]
+    last = {a.partition("=")[0].lstrip("+"): i for i, a in enumerate(args) if "=" in a}
+    return [a for i, a in enumerate(args) if "=" not in a or last[a.partition("=")[0].lstrip("+")] == i]
 
 
 def mbexp_train(args: list[str], *, timeout: int = 300, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -1,7 +1,9 @@
 """Run summaries read from disk: one record per run, validated, deduplicated, with its identity."""
 
+import errno
 import json
 import logging
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -30,7 +32,7 @@ def collect_runs(results_dir, strict: bool = False) -> pd.DataFrame:
     rows = []
     for path in sorted(Path(results_dir, "runs").rglob("summary.json")):
         try:
-            rows.append(read_record(path))
+            rows.append(read_record(path, strict=strict))
         except SummaryError as err:
             if strict:
                 raise
@@ -40,12 +42,23 @@ def collect_runs(results_dir, strict: bool = False) -> pd.DataFrame:
     return dedupe(runs)
 
 
-def read_record(path: Path) -> dict:
-    """The flat record of one summary.json; raises SummaryError naming the path when it is malformed."""
+def read_record(path: Path, *, strict: bool = False) -> dict:
+    """The flat record of one summary.json; raises SummaryError naming the path when it is malformed, or when
+    its run's metrics.jsonl is not UTF-8. A completed run with a non-finite final loss counts as diverged
+    (with a warning; strict: a SummaryError)."""
     summary = upgrade("summary", read_summary(path, strict=True))
     problem = _problem(summary)
     if problem:
         raise SummaryError(f"{path}: {problem}")
+    _check_metrics(path.parent / "metrics.jsonl")
+    bad = {key: summary[key] for key in ("final_val_loss", "final_test_loss")
+           if _is_number(summary.get(key)) and not math.isfinite(summary[key])}
+    if summary["status"] == "completed" and bad:
+        message = f"{path}: status completed with {', '.join(f'{k}={v}' for k, v in bad.items())}"
+        if strict:
+            raise SummaryError(f"{message}: a diverged run, not a number to table")
+        log.warning("counting as diverged %s", message)
+        summary = {**summary, "status": "diverged"}
     axes = summary["axes"]
     identity = summary.get("identity") or legacy_identity(summary)
     return {
@@ -58,6 +71,20 @@ def read_record(path: Path) -> dict:
         "config": config_key(identity),
         "declarations": summary.get("declarations") or {},  # claim id -> digest at launch (mbexp.declarations)
     }
+
+
+def _check_metrics(path: Path) -> None:
+    """A run's metrics.jsonl must be UTF-8 (its curve is drawn from it); a missing one is fine."""
+    try:
+        path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        return
+    except UnicodeDecodeError as err:
+        raise SummaryError(f"{path}: not UTF-8 (byte {err.object[err.start]:#04x} at byte offset {err.start}); "
+                           "the run is left out") from None
+    except OSError as err:
+        code = errno.errorcode.get(err.errno, err.errno)
+        raise SummaryError(f"{path}: unreadable ({err.strerror}, {code})") from None
 
 
 def legacy_identity(summary: dict) -> dict:
@@ -110,7 +137,11 @@ def load_curves(run_dirs) -> pd.DataFrame:
     records = []
     for run_dir in run_dirs:
         path = Path(run_dir, "metrics.jsonl")
-        lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+        except (OSError, UnicodeDecodeError) as err:  # collect_runs leaves such a run out; a file changed since
+            log.warning("skipping the curve of %s (%s)", path, err)
+            continue
         for line in lines:
             try:
                 record = json.loads(line)

@@ -39,6 +39,8 @@ def _seeds_needed(n: float) -> str:
 def read_at(result: Result) -> str:
     """Where the claim is read: the experiment and its column value."""
     claim = result.claim
+    if claim.statistic == "trend":
+        return f"{claim.experiment}, paired Δ over size" + "".join(f", {k}={setting(v)}" for k, v in claim.at)
     if claim.statistic != "delta":
         return f"{claim.experiment}, warm-up sensitivity"
     where = ", ".join(f"{k}={setting(v)}" for k, v in claim.at)

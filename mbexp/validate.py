@@ -1,0 +1,149 @@
+"""The rules a composed config must satisfy: each impossible value raises a ConfigError naming the key, the value
+and what is allowed."""
+
+import math
+import re
+from dataclasses import fields, is_dataclass
+from typing import Any
+
+from mbexp import names
+from mbexp.config import COMPILE, DEVICES, LOGGERS, PRECISIONS, Config, ConfigError, ModelConfig, NormConfig
+from mbexp.corpus import CORPORA
+from mbexp.logger import WANDB_MODES
+from mbexp.names import FFNS, GELU_FFNS, GELUS, HIDDEN_RULES, NORMS, PLACEMENTS, POSITIONS, QK_NORMS
+from mbexp.schedule import SCHEDULES, wsd_problem
+
+# an experiment name is one folder under results/runs/ and the stem of its table files
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def _choice(key: str, value: Any, choices) -> None:
+    if value not in choices:
+        raise ConfigError(f"{key}={value!r} is not valid; choose one of: {', '.join(map(str, choices))}")
+
+
+def _at_least(key: str, value: float, low: float) -> None:
+    if value < low:
+        raise ConfigError(f"{key}={value} must be >= {low}")
+
+
+def _above(key: str, value: float, low: float, why: str = "") -> None:
+    if value <= low:
+        raise ConfigError(f"{key}={value} must be > {low}{why}")
+
+
+def _floats(node, prefix: str = ""):
+    """(dotted key, value) of every float in a config dataclass, list items included (optim.betas)."""
+    for f in fields(node):
+        value = getattr(node, f.name)
+        if is_dataclass(value):
+            yield from _floats(value, f"{prefix}{f.name}.")
+        elif isinstance(value, float):
+            yield f"{prefix}{f.name}", value
+        elif isinstance(value, list):
+            yield from ((f"{prefix}{f.name}", v) for v in value if isinstance(v, float))
+
+
+def validate(cfg: Config) -> Config:
+    """Raise ConfigError naming the key (and the valid choices) for any impossible value."""
+    for key, value in _floats(cfg):  # nan compares false with every bound below: reject it first
+        if not math.isfinite(value):
+            raise ConfigError(f"{key}={value} must be a finite number")
+    if not NAME.fullmatch(cfg.name):
+        raise ConfigError(f"name={cfg.name!r} is not valid; use letters, digits, '.', '_' and '-', starting with a "
+                          "letter or digit (it names a folder under results/runs/)")
+    for key, value, choices in [
+        ("norm.name", cfg.norm.name, NORMS),
+        ("placement.name", cfg.placement.name, PLACEMENTS),
+        ("ffn.name", cfg.ffn.name, FFNS),
+        ("hidden.name", cfg.hidden.name, HIDDEN_RULES),
+        ("model.pos", cfg.model.pos, POSITIONS),
+        ("model.qk_norm", cfg.model.qk_norm, QK_NORMS),
+        ("ffn.gelu", cfg.ffn.gelu, GELUS),
+        ("data.name", cfg.data.name, CORPORA),
+        ("optim.schedule", cfg.optim.schedule, SCHEDULES),
+        ("logger.name", cfg.logger.name, LOGGERS),
+        ("logger.mode", cfg.logger.mode, WANDB_MODES),
+        ("device", cfg.device, DEVICES),
+        ("precision", cfg.precision, PRECISIONS),
+    ]:
+        _choice(key, value, choices)
+    cfg.compile = str(cfg.compile).lower()  # Hydra reads compile=true as a bool
+    _choice("compile", cfg.compile, COMPILE)
+    _check_model_options(cfg)
+    _check_optim(cfg)
+    for key, value, low in [
+        ("train.steps", cfg.train.steps, 1),
+        ("train.batch_size", cfg.train.batch_size, 1),
+        ("train.eval_every", cfg.train.eval_every, 1),
+        ("train.log_every", cfg.train.log_every, 1),
+        ("train.checkpoint_every", cfg.train.checkpoint_every, 1),
+        ("hidden.multiple_of", cfg.hidden.multiple_of, 1),
+        ("data.vocab_size", cfg.data.vocab_size, 260),
+        ("data.val_windows", cfg.data.val_windows, 1),
+        ("seed", cfg.seed, 0),
+    ]:
+        _at_least(key, value, low)
+    _above("train.diverge_factor", cfg.train.diverge_factor, 1,
+           " (a loss above diverge_factor * ln(vocab) counts as diverged, and training starts near ln(vocab))")
+    _check_data(cfg)
+    if problem := wsd_problem(cfg.optim, cfg.train):
+        raise ConfigError(problem)
+    return cfg
+
+
+def _check_data(cfg: Config) -> None:
+    d = cfg.data
+    if d.max_docs is not None and d.max_docs < 1:
+        raise ConfigError(f"data.max_docs={d.max_docs} must be >= 1, or null for every document")
+    if not 0 < d.val_fraction < 1:
+        raise ConfigError(f"data.val_fraction={d.val_fraction} must lie strictly between 0 and 1")
+    if not 0 <= d.test_fraction < 1 - d.val_fraction:
+        raise ConfigError(f"data.test_fraction={d.test_fraction} must be >= 0 and leave training data "
+                          f"(data.val_fraction + data.test_fraction < 1)")
+    if d.name == "text" and not d.path:
+        raise ConfigError("data=text needs data.path=<file, folder or glob>")
+
+
+def _check_optim(cfg: Config) -> None:
+    o = cfg.optim
+    _above("optim.lr", o.lr, 0)
+    for key, value in [("optim.warmup_steps", o.warmup_steps), ("optim.weight_decay", o.weight_decay),
+                       ("optim.grad_clip", o.grad_clip)]:  # grad_clip 0: no clipping
+        _at_least(key, value, 0)
+    if not 0 <= o.min_lr_ratio <= 1:
+        raise ConfigError(f"optim.min_lr_ratio={o.min_lr_ratio} must lie between 0 and 1 (the schedule ends at "
+                          "optim.lr * optim.min_lr_ratio)")
+    if len(o.betas) != 2 or not all(0 <= b < 1 for b in o.betas):
+        raise ConfigError(f"optim.betas={list(o.betas)} must be two numbers in [0, 1), e.g. [0.9,0.95]")
+
+
+def _check_model_options(cfg: Config) -> None:
+    """The model sizes and the model options that depend on one another (docs/model.md)."""
+    m = cfg.model
+    for key, value, low in [("model.d_model", m.d_model, 1), ("model.n_heads", m.n_heads, 1),
+                            ("model.n_layers", m.n_layers, 1), ("model.seq_len", m.seq_len, 2)]:
+        _at_least(key, value, low)
+    if m.d_model % m.n_heads:
+        raise ConfigError(f"model.d_model={m.d_model} is not divisible by model.n_heads={m.n_heads}")
+    if m.pos == "rope" and (m.d_model // m.n_heads) % 2:
+        raise ConfigError("model.pos=rope needs an even head size (model.d_model / model.n_heads)")
+    if m.n_kv_heads is not None and (m.n_kv_heads < 1 or m.n_heads % m.n_kv_heads):
+        divisors = [d for d in range(1, m.n_heads + 1) if m.n_heads % d == 0]
+        raise ConfigError(f"model.n_kv_heads={m.n_kv_heads} must divide model.n_heads={m.n_heads}; "
+                          f"choose one of: {', '.join(map(str, divisors))}")
+    if m.pos == "sinusoidal" and m.d_model % 2:
+        raise ConfigError("model.pos=sinusoidal needs an even model.d_model")
+    if m.rope_base != ModelConfig.rope_base and m.pos != "rope":
+        raise ConfigError(f"model.rope_base={m.rope_base} applies only to model.pos=rope; with model.pos={m.pos} "
+                          f"leave it at {ModelConfig.rope_base}")
+    if m.rope_base <= 1:
+        raise ConfigError(f"model.rope_base={m.rope_base} must be > 1")
+    if cfg.ffn.gelu != "exact" and cfg.ffn.name not in GELU_FFNS:
+        raise ConfigError(f"ffn.gelu={cfg.ffn.gelu} applies only to ffn={' or ffn='.join(GELU_FFNS)}; "
+                          f"with ffn={cfg.ffn.name} leave ffn.gelu=exact")
+    _above("norm.eps", cfg.norm.eps, 0)
+    options = {key: getattr(cfg.norm, key) for key in ("eps", "bias", "alpha_init")}
+    defaults = {key: getattr(NormConfig, key) for key in options}
+    if message := names.misapplied_norm_option(cfg.norm.name, options, defaults):
+        raise ConfigError(message)
