@@ -13,7 +13,7 @@ PYTHON_WHEELS ?= $(shell for p in python$(PY) $(HOME)/.pyenv/versions/$(PY)*/bin
                    $$p -c 'import sys' 2>/dev/null && { echo $$p; break; }; done)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-fast lint quickstart table report data bench gpu-check wheelhouse check-wheelhouse \
+.PHONY: help install test test-fast lint quickstart table report data bench bench-full gpu-check wheelhouse check-wheelhouse \
         grad-at-init clean clean-runs
 
 help: ## list the targets
@@ -51,8 +51,11 @@ report: install ## README's claims block and docs/results.md from results/claims
 data: install ## prepare the default corpus and print its statistics
 	$(BIN)/python -m mbexp.data
 
-bench: install ## speed bar vs a plain loop (compile included), OMP wait policy, precisions, variants
+bench: install ## what the defaults follow: precision, speed bar vs a plain loop (compile included), trainer vs bare loop
 	$(BIN)/python scripts/bench.py
+
+bench-full: install ## make bench plus the matmul peak (MFU), FFN variants, norms and OMP wait policy
+	$(BIN)/python scripts/bench.py --full
 
 gpu-check: install ## on a CUDA machine: tests, bench, 200 steps of each GPU preset -> results/bench/cuda.json
 	$(BIN)/python scripts/gpu_check.py
