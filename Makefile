@@ -13,8 +13,8 @@ PYTHON_WHEELS ?= $(shell for p in python$(PY) $(HOME)/.pyenv/versions/$(PY)*/bin
                    $$p -c 'import sys' 2>/dev/null && { echo $$p; break; }; done)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-fast lint quickstart table report data bench gpu-check wheelhouse check-wheelhouse \
-        grad-at-init clean clean-runs mutants
+.PHONY: help install test test-fast lint quickstart table report data bench bench-full gpu-check wheelhouse \
+        check-wheelhouse grad-at-init clean clean-runs mutants study
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -51,11 +51,17 @@ table: install ## results/runs -> results/tables/*.{md,csv,tex}, results/figures
 report: install ## README's claims block and docs/results.md from results/claims.yaml and the runs (after make table)
 	$(BIN)/python -m mbexp.analysis.report --results $(RESULTS)
 
+study: install ## a declared LR study end to end: scan, choose each row's LR, planned seeds (NAME=study JOBS=2)
+	$(BIN)/python -m mbexp.study $(NAME) --results $(RESULTS) --jobs $(or $(JOBS),1)
+
 data: install ## prepare the default corpus and print its statistics
 	$(BIN)/python -m mbexp.data
 
-bench: install ## speed bar vs a plain loop (compile included), OMP wait policy, precisions, variants
+bench: install ## what the defaults follow: precision, speed bar vs a plain loop (compile included), trainer vs bare loop
 	$(BIN)/python scripts/bench.py
+
+bench-full: install ## make bench plus the matmul peak (MFU), FFN variants, norms and OMP wait policy
+	$(BIN)/python scripts/bench.py --full
 
 gpu-check: install ## on a CUDA machine: tests, bench, 200 steps of each GPU preset -> results/bench/cuda.json
 	$(BIN)/python scripts/gpu_check.py

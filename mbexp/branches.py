@@ -93,4 +93,5 @@ class Trunk:
             return None
         wandb_id = f"{b.chash}-s{b.cfg.seed}-{int(time.time()) % 10**6:06d}"
         return run.state(learner.model, learner.optimizer, learner.batches) | {
-            "config_hash": b.chash, "metrics": records, "early": early, "wandb_id": wandb_id, "branch_evals": {}}
+            "config_hash": b.chash, "metrics": records, "early": early, "wandb_id": wandb_id, "branch_evals": {},
+            "branched": {"step": run.step, "wall_time_s": round(run.wall_time(), 3)}}

@@ -85,7 +85,7 @@ def encode(tok: Tokenizer, docs: Iterable[str], out: Path, *, desc: str, total: 
 
     def write(tmp: str) -> None:
         with open(tmp, "wb") as f, tqdm(total=total, desc=f"tokenizing {desc}", unit="doc", file=sys.stderr,
-                                         leave=False) as bar:
+                                         leave=False, disable=None) as bar:
             for batch in _batches(docs, chunk):
                 ids = np.concatenate([np.array(enc.ids + [eot], dtype=dtype) for enc in tok.encode_batch(batch)])
                 f.write(ids.tobytes())  # ndarray.tofile's OSError on a full disk carries no errno

@@ -63,6 +63,7 @@ class RunState:
         self.meta: dict = {}
         self.declarations = covering(cfg.results_dir, cfg.name)  # claim digests at launch; a resume keeps its own
         self.branch_evals: dict = {}  # budget -> evaluations a trunk made for that budget only (mbexp.branches)
+        self.branched: dict | None = None  # a budget branch: the trunk step and wall time it started from
         self.loss_sum, self.n_losses = torch.zeros(()), 0  # train loss accumulated since the last log line
         # tokens/s counts timed steps only: each process's first step (the compile, when compiled) is warm-up
         self.timed_steps, self.warmup_steps, self.warmup_s = 0, 0, 0.0
@@ -75,7 +76,7 @@ class RunState:
         self.loss_sum, self.n_losses = torch.tensor(state["loss_sum"]), state["n_losses"]
         self.timed_steps, self.warmup_steps = state["timed_steps"], state["warmup_steps"]
         self.warmup_s, self.declarations = state["warmup_s"], state["declarations"]
-        self.branch_evals = state["branch_evals"]
+        self.branch_evals, self.branched = state["branch_evals"], state.get("branched")
 
     def start(self, counts: dict, model: DecoderLM, data: TokenData, precision: str, device: torch.device,
               compiled: bool) -> None:
@@ -123,7 +124,8 @@ class RunState:
             "wandb_id": self.wandb_id, "early": self.early,
             "loss_sum": self.loss_sum.item(), "n_losses": self.n_losses,
             "timed_steps": self.timed_steps, "warmup_steps": self.warmup_steps, "warmup_s": self.warmup_s,
-            "declarations": self.declarations, "branch_evals": self.branch_evals, "schema": SCHEMA,
+            "declarations": self.declarations, "branch_evals": self.branch_evals, "branched": self.branched,
+            "schema": SCHEMA,
         }
 
     def compile_s(self) -> float | None:
@@ -166,7 +168,7 @@ class RunState:
             # the median over log intervals: less sensitive to a moment of load on a shared machine
             tokens_per_s_median=round(statistics.median(rates), 1) if rates else None,
             git_commit=git_commit(), versions=versions(), wandb_id=self.wandb_id, command=job_command(),
-            declarations=self.declarations, error=error,
+            declarations=self.declarations, branched=self.branched, error=error,
         ))
         if self.ddp.is_main:
             write_json(self.dir / "summary.json", summary)

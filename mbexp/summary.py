@@ -55,6 +55,7 @@ class RunSummary:
     wandb_id: str = ""
     command: str | None = None  # the command that reruns this job alone
     declarations: dict = field(default_factory=dict)  # claim id -> digest of its declaration, recorded at launch
+    branched: dict | None = None  # a budget branch: {step, wall_time_s} of the trunk it resumed from (its cost)
     error: str | None = None  # a failed run's error line
     schema: int = SCHEMA
 

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
-from tqdm.auto import tqdm
 
 from mbexp import checkpoint, distributed, speed
 from mbexp.branches import Branch, Trunk, budget_configs
@@ -20,6 +19,7 @@ from mbexp.corpus import fingerprint
 from mbexp.data import Batches, TokenData, prepare
 from mbexp.logger import NullLogger, make_logger
 from mbexp.model import DecoderLM, param_counts
+from mbexp.progress import progress_bar
 from mbexp.run_state import RunState, early_step, failure_text, finished
 from mbexp.runs import RunBusy, RunLock, config_hash, run_dir
 from mbexp.schedule import lr_for
@@ -243,8 +243,7 @@ def _loop(learner: Learner, run: RunState, logger, stop: StopRequest, trunk: Tru
     early = early_step(steps)
     timed = 0  # steps since the last log line that count for tokens/s
     t_last = time.perf_counter()
-    bar = tqdm(total=steps, initial=run.step, desc=run.variant, unit="step", mininterval=1.0,
-               disable=not (tcfg.progress and run.ddp.is_main))
+    bar = progress_bar(steps, initial=run.step, desc=run.variant, enabled=tcfg.progress and run.ddp.is_main)
     first = True
     while run.step < steps and not stop.requested:
         lr = lr_for(o, run.step, steps)

@@ -1,22 +1,25 @@
 """Benchmark training on this machine (`make bench`) and write results/bench/<device>.json.
 
-One process measures, for the default model (or the run the overrides describe): the matmul peak (fp32,
-bf16); fp32 against bf16 autocast (trainer speed and validation loss, where bf16 runs natively); the
-speed bar, i.e. eager and compiled at each precision against a plain nanoGPT-style loop (fp32, eager) on
-the same model and batches, at steady state and over a whole 2,000-step run with the compile time;
-tokens/s and MFU of the bare step against mbexp's trainer at each precision; the step time of every FFN
-variant and of LayerNorm against RMSNorm; and, in child processes, OMP_WAIT_POLICY=PASSIVE against
-OpenMP's default wait policy, alone and beside a second job. Every loop calls the trainer's own
-mbexp.trainer.train_step; compared loops alternate.
+One process measures, for the default model (or the run the overrides describe): fp32 against bf16 autocast
+(trainer speed and validation loss where bf16 runs natively; elsewhere a few steps that show how slow it
+is, and every other section times fp32 only); the speed bar, i.e. eager and compiled at each precision
+against a plain nanoGPT-style loop (fp32, eager) on the same model and batches, at steady state and over a
+whole 2,000-step run with the compile time; tokens/s of the bare step against mbexp's trainer. With --full
+also the matmul peak (for MFU), the step time of every FFN variant and of LayerNorm against RMSNorm, and,
+in child processes, OMP_WAIT_POLICY=PASSIVE against OpenMP's default, alone and beside a second job.
+Every loop calls the trainer's own mbexp.trainer.train_step; compared loops alternate.
 
 The precision and compile measurements go into mbexp.speed's record (<data_cache>/speed.json), keyed by
 this machine and the run's shape: precision=auto and compile=auto follow it in every later run of that
-shape here. The last line is the speed bar's verdict.
+shape here. It ends with the trainer / bare loop ratio, the defaults' ratio to the plain loop and the
+speed bar's verdict.
 
-    python scripts/bench.py [--quick] [--only SECTION,...] [--steps N] [--rounds R] [--out PATH] [OVERRIDE ...]
+    python scripts/bench.py [--full | --only SECTION,...] [--quick] [--steps N] [--rounds R] [--out PATH] [OVERRIDE ...]
 
---only runs some sections and merges them into the existing JSON. Compile times are measured
-with an empty inductor cache (the first compile of a shape on a machine).
+By default (`make bench`) it runs the sections whose measurements decide the defaults (precision_auto,
+speed_bar, throughput) and merges them into the existing JSON; --full (`make bench-full`) runs every
+section and writes the JSON afresh; --only runs some sections and merges them. Compile times are
+measured with an empty inductor cache (the first compile of a shape on a machine).
 """
 import argparse
 import json
@@ -26,11 +29,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from mbexp import speed
 from mbexp.bench.harness import ESTIMATE, ROOT, Bench, log
 from mbexp.bench.omp import omp_child, omp_policy
 from mbexp.bench.parts import matmul_peak, norm_micro, variants
-from mbexp.bench.precision import precision_check, throughput
-from mbexp.bench.report import checks, device_slug, flops_per_token, machine_info, table, verdict
+from mbexp.bench.precision import GLANCE_STEPS, precision_check, throughput
+from mbexp.bench.report import checks, device_slug, flops_per_token, machine_info, ratios, table, verdict
 from mbexp.bench.speed_bar import speed_bar
 from mbexp.config import model_spec
 from mbexp.io import write_json
@@ -46,6 +50,8 @@ DEFAULTS = {
 }
 # precision_auto before speed_bar: each writes the record (mbexp.speed) that the later sections' `auto` reads
 SECTIONS = ("peak", "precision_auto", "speed_bar", "throughput", "variants", "norm_micro", "omp")
+DECIDING = ("precision_auto", "speed_bar", "throughput")  # `make bench`: what precision=auto and compile=auto follow
+RESULT_KEY = {"peak": "peak_flops"}  # a section's key in the JSON, where it is not the section's name
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -56,7 +62,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--val-steps", type=int, help="the precision=auto check's budget (default 150)")
     parser.add_argument("--omp-steps", type=int, default=20, help="timed steps of each OMP_WAIT_POLICY child")
     parser.add_argument("--only", help=f"comma-separated sections to run and merge into --out: {', '.join(SECTIONS)}")
-    parser.add_argument("--quick", action="store_true", help="one short round of everything (a smoke test)")
+    parser.add_argument("--full", action="store_true", help=f"every section ({', '.join(SECTIONS)}), not only "
+                        f"those that decide the defaults ({', '.join(DECIDING)})")
+    parser.add_argument("--quick", action="store_true", help="one short round of each section (a smoke test)")
     parser.add_argument("--out", type=Path, help="output JSON (default: results/bench/<device>.json)")
     parser.add_argument("--omp-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("overrides", nargs="*", help="config overrides of the measured run (e.g. model=ladder128 "
@@ -71,9 +79,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.steps = max(2, -(-steps // args.window)) * args.window  # whole windows; the first one is warm-up
     args.val_steps = args.val_steps or (4 * args.window if args.quick else 150)
     args.out = args.out or ROOT / "results" / "bench" / f"{device_slug(args.device)}.json"
-    args.merge = args.only is not None  # --only: merge into the existing JSON
+    if args.full and args.only:
+        parser.error("--full runs every section: leave out --only")
+    args.merge = not args.full  # the default and --only merge into the existing JSON
     # OpenMP's wait policy is a CPU matter
-    args.only = args.only.split(",") if args.only else [s for s in SECTIONS if s != "omp" or args.device.type == "cpu"]
+    args.only = (args.only.split(",") if args.only else DECIDING if not args.full else
+                 [s for s in SECTIONS if s != "omp" or args.device.type == "cpu"])
     if unknown := set(args.only) - set(SECTIONS):
         parser.error(f"--only {','.join(sorted(unknown))}: choose from {', '.join(SECTIONS)}")
     return args
@@ -103,34 +114,44 @@ def main(argv: list[str] | None = None) -> int:
                            "val_steps": args.val_steps, "omp_steps": args.omp_steps},
                 "flops": flops_per_token(model)}
         res.pop("compile", None)  # measured by the speed bar since v0.2
+        native_bf16 = speed.has_native_bf16(args.device)
         sections = {
             "peak": ("matmul peak", lambda: matmul_peak(args.device, args.sizes, args.inner, reps=10)),
             "speed_bar": ("mbexp's defaults against the plain loop, compile included", lambda: speed_bar(bench)),
             "throughput": ("bare train_step loop against mbexp's trainer, fp32 and bf16", lambda: throughput(bench)),
             "variants": ("FFN variants and norms (bare loop)", lambda: variants(bench)),
             "norm_micro": ("the norms alone", lambda: norm_micro(bench)),
-            "precision_auto": (f"fp32 against bf16 autocast, trainer, {args.val_steps} steps",
+            "precision_auto": (f"fp32 against bf16 autocast, trainer, {args.val_steps} steps" if native_bf16 else
+                               f"fp32 against bf16 autocast without native bf16, bare loop, {GLANCE_STEPS} steps",
                                lambda: precision_check(bench)),
             "omp": ("OMP_WAIT_POLICY=PASSIVE against OpenMP's default, child processes", lambda: omp_policy(bench)),
         }
         chosen = [name for name in SECTIONS if name in args.only]
         for i, name in enumerate(chosen):
             label, run = sections[name]
-            log(f"[{i + 1}/{len(chosen)}] {label}")
+            log(f"[{i + 1}/{len(chosen)}] {name}: {label} ({time.perf_counter() - t_start:.0f} s so far)")
+            t_section = time.perf_counter()
             when = {"at": time.strftime("%Y-%m-%d %H:%M:%S"), "load_avg_before": os.getloadavg()[0],
                     "rounds": args.rounds}
-            res["peak_flops" if name == "peak" else name] = run()
-            res.setdefault("measured", {})[name] = when | {"load_avg_after": os.getloadavg()[0]}
+            res[RESULT_KEY.get(name, name)] = run()
+            res.setdefault("measured", {})[name] = when | {"load_avg_after": os.getloadavg()[0],
+                                                           "wall_s": time.perf_counter() - t_section}
             write_json(args.out, res)  # a later section's failure keeps the earlier ones
+            log(f"    {name} done in {time.perf_counter() - t_section:.0f} s")
     res["auto_precision"] = bench.auto  # as the record now says
     res["checks"] = checks(res)
     res["machine"]["load_avg_end"] = os.getloadavg()[0]
     res["wall_s"] = time.perf_counter() - t_start
     write_json(args.out, res)
-    print(table(res))
+    # the printout shows this run's sections only; the JSON keeps earlier runs' others
+    stale = {RESULT_KEY.get(name, name) for name in SECTIONS if name not in chosen}
+    this_run = {k: v for k, v in res.items() if k not in stale}
+    print(table(this_run | {"checks": checks(this_run)}))
     print(f"\nwrote {args.out} ({res['wall_s']:.0f} s)")
-    if "speed_bar" in res:
-        print(verdict(res))
+    if line := ratios(this_run):
+        print(line)
+    if "speed_bar" in this_run:
+        print(verdict(this_run | {"checks": checks(this_run)}))
     return 0
 
 

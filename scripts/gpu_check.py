@@ -2,7 +2,7 @@
 
 1. the test suite's fast tier (`pytest -m "not slow"`): on a CUDA machine its runs train on the GPU
    (device=auto), so this is every test that can run there;
-2. `scripts/bench.py --device cuda` (what `make bench` runs there: bf16, compile, MFU against the peak);
+2. `scripts/bench.py --device cuda --full` (what `make bench-full` runs there: bf16, compile, MFU against the peak);
 3. 200 steps of each GPU-sized experiment preset on data=bigtxt (embedded, so no network is needed),
    one run each at the preset's default axes, in a temporary results folder.
 
@@ -68,7 +68,7 @@ def tests() -> dict:
 
 def bench(tmp: Path) -> dict:
     out = tmp / "bench.json"
-    res = run([sys.executable, "scripts/bench.py", "--device", "cuda", "--out", str(out)], timeout=3600)
+    res = run([sys.executable, "scripts/bench.py", "--device", "cuda", "--full", "--out", str(out)], timeout=3600)
     if out.is_file():
         res["result"] = json.loads(out.read_text())
     return res

@@ -1,7 +1,11 @@
 """`make bench`'s report (mbexp.bench.report): the speed bar's checks and verdict from measurements written as
-scripts/bench.py writes them; nothing is timed here."""
+scripts/bench.py writes them, and which sections it runs; nothing is timed here."""
 
-from mbexp.bench.report import checks, verdict
+import importlib.util
+
+from tiny import REPO
+
+from mbexp.bench.report import checks, ratios, table, verdict
 from mbexp.bench.speed_bar import SPEED_BAR
 
 
@@ -30,3 +34,48 @@ def test_the_speed_bar_passes_only_when_every_default_reaches_its_bar_steady_and
 
 def test_without_a_speed_bar_or_throughput_there_is_nothing_to_check():
     assert checks({"precision_auto": {"measured": False, "auto": "fp32"}}) == {}
+
+
+def fp32_only(trainer_over_bare: float = 0.98) -> dict:
+    """A bench result from a CPU without native bf16: the trainer against the bare loop at fp32 only, and the
+    one short bf16 glance that precision_auto takes there."""
+    rate = {"best": 6000.0, "median": 5900.0, "val_loss": 7.1}
+    return {"machine": {"cpu": "a CPU", "cpu_isa": ["avx2"], "torch_threads": 2, "torch": "2.13.0",
+                        "load_avg_start": 0.5, "load_avg_end": 0.6},
+            "device": "cpu", "flops": {"flops_per_token": 8e6, "n_matmul": 1_000_000, "attention": 6000},
+            "config": {"model": "tiny", "params": 1_300_000, "batch_size": 16, "seq_len": 128, "rounds": 3,
+                       "window": 5},
+            "throughput": {"fp32": {"bare": rate, "trainer": rate, "trainer_over_bare": trainer_over_bare,
+                                    "trainer_over_bare_median": 1.0}},
+            "precision_auto": {"measured": False, "auto": "fp32", "without_native_bf16": {
+                "fp32_tokens_s": 6129.0, "bf16_tokens_s": 424.0, "bf16_over_fp32": 424 / 6129, "steps": 5}}}
+
+
+def test_without_native_bf16_the_report_shows_fp32_and_the_one_bf16_glance():
+    res = fp32_only()
+    res["checks"] = checks(res)
+    assert list(res["checks"].values()) == [True] and "at fp32 (0.980)" in next(iter(res["checks"]))
+    text = table(res)
+    assert "bf16/fp32" not in text and "MFU" not in text
+    assert "no native bf16: bf16 autocast 424 tokens/s against fp32 6,129 (0.07x, bare loop, 5 steps each)" in text
+    assert [line.split() for line in text.splitlines() if line.startswith("trainer / bare")] == [
+        ["trainer", "/", "bare", "0.980"]]
+    assert ratios(res) == "trainer / bare loop fp32 0.98x"
+    slow = checks(fp32_only(0.9))
+    assert slow and not any(slow.values())
+
+
+def bench_args(*argv: str):
+    spec = importlib.util.spec_from_file_location("bench_cli", REPO / "scripts" / "bench.py")
+    cli = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cli)
+    return cli, cli.parse_args(["--device", "cpu", *argv])
+
+
+def test_make_bench_runs_the_deciding_sections_and_merges_bench_full_runs_them_all():
+    cli, args = bench_args()
+    assert list(args.only) == ["precision_auto", "speed_bar", "throughput"] and args.merge
+    _, full = bench_args("--full")
+    assert list(full.only) == list(cli.SECTIONS) and not full.merge
+    _, some = bench_args("--only", "peak")
+    assert some.only == ["peak"] and some.merge

@@ -94,6 +94,11 @@ class Bench:
         self.found = speed.measured(self.default.data.cache_dir, device, self.spec, self.default.train.batch_size)
         self.auto = speed.resolve_precision("auto", device, self.found)
 
+    @property
+    def precisions(self) -> tuple[str, ...]:
+        """The precisions worth timing here: bf16 only where it runs natively (or the record picks it)."""
+        return PRECISIONS if speed.has_native_bf16(self.device) or self.auto == "bf16" else ("fp32",)
+
     def record(self, **measurement) -> None:
         """Merge a measurement into the record (not --quick's: a smoke test's numbers decide nothing);
         precision=auto and compile=auto follow it from here on."""

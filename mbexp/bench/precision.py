@@ -4,16 +4,19 @@ import statistics
 import time
 
 from mbexp import speed
-from mbexp.bench.harness import ESTIMATE, PRECISIONS, Bench, log, summarize
+from mbexp.bench.harness import ESTIMATE, PRECISIONS, BareLoop, Bench, log, summarize
+
+GLANCE_STEPS = 2  # timed steps of each precision where bf16 is not native (there it is an order of magnitude slower)
 
 
 def throughput(bench: Bench) -> dict:
-    """Bare loop and trainer, alternately (bare first in even rounds, trainer first in odd ones)."""
-    args = bench.args
-    rates = {p: {"bare": [], "trainer": []} for p in PRECISIONS}
+    """Bare loop and trainer, alternately (bare first in even rounds, trainer first in odd ones), at each
+    precision worth timing here (Bench.precisions)."""
+    args, precisions = bench.args, bench.precisions
+    rates = {p: {"bare": [], "trainer": []} for p in precisions}
     val = {}
     for r in range(args.rounds):
-        for p in PRECISIONS:
+        for p in precisions:
             for mode in ("bare", "trainer")[:: 1 if r % 2 == 0 else -1]:
                 if mode == "bare":
                     loop, got = bench.bare(p)
@@ -26,7 +29,7 @@ def throughput(bench: Bench) -> dict:
                 log(f"  round {r + 1}/{args.rounds} {p:4} {mode:7} best {max(got):9,.0f} tok/s, "
                     f"median {statistics.median(got):9,.0f}")
     out = {}
-    for p in PRECISIONS:
+    for p in precisions:
         bare, trainer = summarize(rates[p]["bare"]), summarize(rates[p]["trainer"])
         out[p] = {"bare": bare | {"val_loss": val[p, "bare"]}, "trainer": trainer | {"val_loss": val[p, "trainer"]},
                   "trainer_over_bare": trainer[ESTIMATE] / bare[ESTIMATE],
@@ -39,8 +42,7 @@ def precision_check(bench: Bench) -> dict:
     so precision=auto picks bf16 from here on only if it was measurably faster at equal loss. Measured where
     bf16 runs natively (CUDA, a CPU with AVX512-BF16 or AMX); elsewhere precision=auto is fp32 unmeasured."""
     if not speed.has_native_bf16(bench.device):
-        log("  no native bf16 here: precision=auto stays fp32, not measured")
-        return {"measured": False, "auto": bench.auto}
+        return {"measured": False, "auto": bench.auto, "without_native_bf16": bf16_glance(bench)}
     steps = bench.args.val_steps
     out = {}
     for precision in ("fp32", "bf16"):
@@ -56,3 +58,17 @@ def precision_check(bench: Bench) -> dict:
                             "val_loss_rel_diff": res["val_loss_rel_diff"], "steps": steps,
                             "at": time.strftime("%Y-%m-%d %H:%M:%S")})
     return res | {"auto": bench.auto}
+
+
+def bf16_glance(bench: Bench, steps: int = GLANCE_STEPS) -> dict:
+    """A few steps of the bare loop at fp32 and at bf16 autocast, after a warm-up step each: enough to show how
+    much slower bf16 is without native support, which is why the other sections time fp32 only there."""
+    rates = {}
+    for p in PRECISIONS:
+        loop = BareLoop(bench.default, bench.data, bench.device, p)
+        loop.first_step_s()
+        rates[p] = loop.train(steps, window=steps)[0]
+    ratio = rates["bf16"] / rates["fp32"]
+    log(f"  no native bf16 here: bf16 autocast {rates['bf16']:,.0f} tok/s against fp32 {rates['fp32']:,.0f} "
+        f"({ratio:.2f}x, {steps} steps each); precision=auto stays fp32, the other sections time fp32 only")
+    return {"fp32_tokens_s": rates["fp32"], "bf16_tokens_s": rates["bf16"], "bf16_over_fp32": ratio, "steps": steps}

@@ -52,7 +52,7 @@ def checks(res: dict) -> dict[str, bool]:
     if tp := res.get("throughput"):
         out |= {f"trainer reaches {TRAINER_MIN_RATIO} of the bare loop's tokens/s at {p} "
                 f"({tp[p]['trainer_over_bare']:.3f})": tp[p]["trainer_over_bare"] >= TRAINER_MIN_RATIO
-                for p in PRECISIONS}
+                for p in tp}
     if sb := res.get("speed_bar"):
         bar = {"auto": sb["bar"], "fp32": SPEED_BAR["fp32"]}
         for key, d in sb["defaults"].items():
@@ -104,24 +104,30 @@ def table(res: dict) -> str:
             lines.append(f"defaults at precision={key}: {d['precision']}, compile=auto -> "
                          f"{'compiled' if d['compiled'] else 'eager'} (from the record): {d['steady_ratio']:.2f}x the "
                          f"plain loop steady, {d['whole_run_ratio']:.2f}x over a whole {n:,}-step run")
-    if (tp := res.get("throughput")) and (peak := res.get("peak_flops")):
-        def mfu(tok_s, p):
-            return f"{100 * tok_s * fl / peak[p]['flops']:.1f}%"
+    if tp := res.get("throughput"):
+        ps, peak = list(tp), res.get("peak_flops")
+        both = ps == list(PRECISIONS)  # a bf16/fp32 column where both were timed
 
-        lines += ["", "MFU = tokens/s x FLOPs/token / the measured matmul peak at the same precision",
-                  row("", "fp32", "bf16 autocast", "bf16/fp32"),
-                  row("peak matmul GFLOP/s", f"{peak['fp32']['flops'] / 1e9:,.0f}",
-                      f"{peak['bf16']['flops'] / 1e9:,.0f}", f"{peak['bf16']['flops'] / peak['fp32']['flops']:.2f}x")]
+        def cells(values: dict, fmt: str) -> list[str]:
+            return [format(values[p], fmt) for p in ps] + ([f"{values['bf16'] / values['fp32']:.2f}x"] if both else [])
+
+        mfu = "; MFU = tokens/s x FLOPs/token / the measured matmul peak at the same precision" if peak else ""
+        lines += ["", f"the bare train_step loop against mbexp's trainer{mfu}",
+                  row("", *ps, *(["bf16/fp32"] if both else []))]
+        if peak:
+            lines.append(row("peak matmul GFLOP/s", *cells({p: peak[p]["flops"] / 1e9 for p in ps}, ",.0f")))
         for mode, label in (("bare", "bare train_step loop"), ("trainer", "mbexp trainer")):
-            a, b = tp["fp32"][mode], tp["bf16"][mode]
-            lines += [row(f"{label} tokens/s", f"{a['best']:,.0f}", f"{b['best']:,.0f}",
-                          f"{b['best'] / a['best']:.2f}x"),
-                      row("  median tokens/s", f"{a['median']:,.0f}", f"{b['median']:,.0f}",
-                          f"{b['median'] / a['median']:.2f}x"),
-                      row("  MFU", mfu(a["best"], "fp32"), mfu(b["best"], "bf16")),
-                      row("  val loss after the run", f"{a['val_loss']:.5f}", f"{b['val_loss']:.5f}")]
-        lines += [row("trainer / bare", *(f"{tp[p]['trainer_over_bare']:.3f}" for p in PRECISIONS)),
-                  row("  (medians)", *(f"{tp[p]['trainer_over_bare_median']:.3f}" for p in PRECISIONS))]
+            lines += [row(f"{label} tokens/s", *cells({p: tp[p][mode]["best"] for p in ps}, ",.0f")),
+                      row("  median tokens/s", *cells({p: tp[p][mode]["median"] for p in ps}, ",.0f"))]
+            if peak:
+                lines.append(row("  MFU", *(f"{100 * tp[p][mode]['best'] * fl / peak[p]['flops']:.1f}%" for p in ps)))
+            lines.append(row("  val loss after the run", *(f"{tp[p][mode]['val_loss']:.5f}" for p in ps)))
+        lines += [row("trainer / bare", *(f"{tp[p]['trainer_over_bare']:.3f}" for p in ps)),
+                  row("  (medians)", *(f"{tp[p]['trainer_over_bare_median']:.3f}" for p in ps))]
+    if (pc := res.get("precision_auto")) and (glance := pc.get("without_native_bf16")):
+        lines += ["", f"no native bf16: bf16 autocast {glance['bf16_tokens_s']:,.0f} tokens/s against fp32 "
+                      f"{glance['fp32_tokens_s']:,.0f} ({glance['bf16_over_fp32']:.2f}x, bare loop, "
+                      f"{glance['steps']} steps each): precision=auto stays fp32, bf16 is timed no further"]
     if (pc := res.get("precision_auto")) and pc["measured"]:
         a, b = pc["fp32"], pc["bf16"]
         lines += [
@@ -178,3 +184,15 @@ def verdict(res: dict) -> str:
 
 def _pays(steps: float | None) -> str:
     return "never pays" if steps is None else f"pays after {steps:,.0f} steps"
+
+
+def ratios(res: dict) -> str:
+    """The two ratios `make bench` ends with: the trainer against the bare loop, the defaults against the plain loop."""
+    parts = []
+    if tp := res.get("throughput"):
+        parts.append("trainer / bare loop " + ", ".join(f"{p} {tp[p]['trainer_over_bare']:.2f}x" for p in tp))
+    if sb := res.get("speed_bar"):
+        parts.append("defaults / plain loop " + ", ".join(
+            f"precision={k} ({d['precision']} {'compiled' if d['compiled'] else 'eager'}) {d['steady_ratio']:.2f}x "
+            f"steady" for k, d in sb["defaults"].items()))
+    return "; ".join(parts)

@@ -18,7 +18,7 @@ def speed_bar(bench: Bench) -> dict:
     to be what compile=auto decides from that record: steady tokens/s, compile time, the whole run
     extrapolated, the step counts after which compiling pays."""
     args, window, device = bench.args, bench.args.window, bench.device
-    precisions = ("fp32", "bf16") if speed.has_native_bf16(device) or bench.auto == "bf16" else ("fp32",)
+    precisions = bench.precisions
     # "plain" is the fp32 eager loop: nanoGPT's, and mbexp's own at precision=fp32, compile=false
     specs = {"plain": ("fp32", False)} | {f"{p}_compiled": (p, True) for p in precisions} | {
         f"{p}_eager": (p, False) for p in precisions if p != "fp32"}
