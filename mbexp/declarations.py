@@ -10,6 +10,7 @@ import logging
 import math
 import re
 from dataclasses import dataclass, field
+from itertools import product
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -32,8 +33,8 @@ KEYS = ("id", *PROSE, "experiment", "at", "baseline", "rows", "pairs", "hypothes
         "conditions", "study")
 REQUIRED = ("id", "claim", "paper", "experiment", "hypothesis", "seeds")
 CONDITIONS = ("own_lr", "max_epochs")
-STUDY_LISTS = {"lr_grid": "positive numbers", "scan_seeds": "integers", "seeds": "integers",
-               "budgets": "positive integers"}
+STUDY_KEYS = ("experiment", "rows", "lr_grid", "scan_seeds", "seeds", "budgets", "select_at", "overrides", "note")
+SCAN_SUFFIX = "_scan"  # a study's scan runs live in their own experiment: its seeds never join the planned rows
 
 
 class ClaimsError(ValueError):
@@ -144,19 +145,79 @@ def _margin(value, where: str) -> float:
 
 
 def parse_studies(studies, where: str) -> dict:
-    """`studies:` name -> declared protocol (experiment, lr_grid, scan_seeds, seeds, budgets and free keys)."""
+    """`studies:` name -> declared protocol, each validated as a Study (docs/studies.md)."""
     if not isinstance(studies, dict):
         raise ClaimsError(f"{where}: `studies` must be a mapping of study name to its protocol")
-    for name, study in studies.items():
-        here = f"{where}, study {name}"
-        if not isinstance(study, dict) or not isinstance(study.get("experiment"), str):
-            raise ClaimsError(f"{here}: expected a mapping with an `experiment` name")
-        for key, kind in STUDY_LISTS.items():
-            value = study.get(key, [])
-            ok = _integers(value) if "integers" in kind else isinstance(value, list) and all(map(_number, value))
-            if not ok or ("positive" in kind and any(v <= 0 for v in value)):
-                raise ClaimsError(f"{here}: {key} must be a list of {kind}, got {value!r}")
+    for name, spec in studies.items():
+        parse_study(name, spec, where)
     return studies
+
+
+@dataclass(frozen=True)
+class Study:
+    """A declared LR protocol: rows (key -> values, crossed), an LR grid, scan seeds, planned seeds, budgets."""
+
+    name: str
+    experiment: str
+    rows: dict
+    lr_grid: tuple
+    scan_seeds: tuple
+    seeds: tuple
+    budgets: tuple
+    select_at: int
+    overrides: tuple = ()
+
+    @property
+    def scan_experiment(self) -> str:
+        return self.experiment + SCAN_SUFFIX
+
+    def row_values(self) -> list[tuple]:
+        return list(product(*self.rows.values()))
+
+    def row_overrides(self, values: tuple) -> list[str]:
+        return [f"{key}={value}" for key, value in zip(self.rows, values)]
+
+
+def parse_study(name: str, spec, where: str) -> Study:
+    """A `studies:` entry as a Study; ClaimsError names the file, the study and the key on a bad entry."""
+    here = f"{where}, study {name}"
+    if not isinstance(spec, dict) or not isinstance(spec.get("experiment"), str):
+        raise ClaimsError(f"{here}: expected a mapping with an `experiment` name")
+    unknown = sorted(set(spec) - set(STUDY_KEYS))
+    missing = sorted({"rows", "lr_grid", "scan_seeds", "seeds", "budgets"} - set(spec))
+    if unknown or missing:
+        raise ClaimsError(f"{here}: " + (f"unknown keys {unknown}; allowed: {', '.join(STUDY_KEYS)}" if unknown
+                                          else f"missing {', '.join(missing)}"))
+    rows, grid, budgets = spec["rows"], spec["lr_grid"], spec["budgets"]
+    if not isinstance(rows, dict) or not rows or not all(isinstance(v, list) and v for v in rows.values()):
+        raise ClaimsError(f"{here}: rows must map each key to a non-empty list of values, got {rows!r}")
+    if not isinstance(grid, list) or len(set(grid)) < 2 or not all(_number(v) and v > 0 for v in grid):
+        raise ClaimsError(f"{here}: lr_grid must list at least two distinct positive learning rates, got {grid!r}")
+    if not _integers(budgets) or not budgets or min(budgets) < 1 or len(set(budgets)) < len(budgets):
+        raise ClaimsError(f"{here}: budgets must be distinct positive step counts, got {budgets!r}")
+    for key in ("scan_seeds", "seeds"):
+        if not _integers(spec[key]) or not spec[key] or len(set(spec[key])) < len(spec[key]):
+            raise ClaimsError(f"{here}: {key} must be a non-empty list of distinct integers, got {spec[key]!r}")
+    if shared := sorted(set(spec["scan_seeds"]) & set(spec["seeds"])):
+        raise ClaimsError(f"{here}: seeds {shared} are both scan and planned seeds: an LR chosen on a seed would "
+                          "flatter that seed's rows")
+    select_at = spec.get("select_at", max(budgets))
+    if select_at not in budgets:
+        raise ClaimsError(f"{here}: select_at={select_at!r} is not one of the budgets {sorted(budgets)}")
+    return Study(name, spec["experiment"], {str(k): list(v) for k, v in rows.items()},
+                 tuple(sorted(float(v) for v in grid)), tuple(spec["scan_seeds"]), tuple(spec["seeds"]),
+                 tuple(sorted(budgets)), int(select_at), tuple(spec.get("overrides", ())))
+
+
+def load_studies(results_dir) -> dict[str, Study]:
+    """The studies declared in <results_dir>/claims.yaml ({} without the file)."""
+    path = Path(results_dir) / CLAIMS_FILE
+    if not path.exists():
+        return {}
+    data = read_file(path)
+    where = f"claims file {path}"
+    studies = (data or {}).get("studies", {}) if isinstance(data, dict) else {}
+    return {name: parse_study(name, spec, where) for name, spec in parse_studies(studies, where).items()}
 
 
 def parse_claim(entry, default_margin: float, where: str, studies: dict | None = None) -> Claim:

@@ -8,43 +8,16 @@ import shlex
 import subprocess
 import sys
 from dataclasses import dataclass
-from itertools import product
 from pathlib import Path
 
+from mbexp.declarations import CLAIMS_FILE, ClaimsError, Study, load_studies
 from mbexp.io import read_summary
 
-SCAN_SUFFIX = "_scan"  # the scan's runs live in their own experiment, so its seeds never join the confirmatory rows
-STUDY_KEYS = {"experiment", "rows", "lr_grid", "scan_seeds", "seeds", "budgets", "select_at", "overrides", "note"}
 GROUP_KEYS = ("norm", "placement", "ffn", "hidden", "model", "arch")  # a row key naming a config group
 
 
 class StudyError(ValueError):
     pass
-
-
-@dataclass(frozen=True)
-class Study:
-    """A declared LR protocol: rows (key -> values, crossed), an LR grid, scan seeds, planned seeds, budgets."""
-
-    name: str
-    experiment: str
-    rows: dict
-    lr_grid: tuple
-    scan_seeds: tuple
-    seeds: tuple
-    budgets: tuple
-    select_at: int
-    overrides: tuple = ()
-
-    @property
-    def scan_experiment(self) -> str:
-        return self.experiment + SCAN_SUFFIX
-
-    def row_values(self) -> list[tuple]:
-        return list(product(*self.rows.values()))
-
-    def row_overrides(self, values: tuple) -> list[str]:
-        return [f"{key}={value}" for key, value in zip(self.rows, values)]
 
 
 @dataclass(frozen=True)
@@ -56,53 +29,13 @@ class Choice:
     losses: dict  # lr -> mean final validation loss over the scan seeds (inf: diverged or missing)
 
 
-def parse_study(name: str, spec: dict, where: str = "the claims file") -> Study:
-    """A `studies:` entry as a Study; StudyError names the study and the key on a bad entry."""
-    def bad(msg: str) -> StudyError:
-        return StudyError(f"{where}: study {name!r}: {msg}")
-
-    if not isinstance(spec, dict):
-        raise bad("must be a mapping")
-    unknown = set(spec) - STUDY_KEYS
-    if unknown:
-        raise bad(f"unknown key(s) {', '.join(sorted(unknown))}; valid: {', '.join(sorted(STUDY_KEYS))}")
-    missing = {"experiment", "rows", "lr_grid", "scan_seeds", "seeds", "budgets"} - set(spec)
-    if missing:
-        raise bad(f"missing {', '.join(sorted(missing))}")
-    rows = spec["rows"]
-    if not isinstance(rows, dict) or not rows or not all(isinstance(v, list) and v for v in rows.values()):
-        raise bad("rows must map each key to a non-empty list of values")
-    grid = [float(v) for v in spec["lr_grid"]]
-    if len(grid) < 2 or any(not math.isfinite(v) or v <= 0 for v in grid) or len(set(grid)) < len(grid):
-        raise bad(f"lr_grid must hold at least two distinct positive learning rates, not {spec['lr_grid']}")
-    budgets = sorted(int(b) for b in spec["budgets"])
-    if not budgets or budgets[0] <= 0 or len(set(budgets)) < len(budgets):
-        raise bad(f"budgets must be distinct positive step counts, not {spec['budgets']}")
-    select_at = int(spec.get("select_at", budgets[-1]))
-    if select_at not in budgets:
-        raise bad(f"select_at={select_at} is not one of the budgets {budgets}")
-    scan, seeds = [int(s) for s in spec["scan_seeds"]], [int(s) for s in spec["seeds"]]
-    if not scan or not seeds:
-        raise bad("scan_seeds and seeds must each name at least one seed")
-    if set(scan) & set(seeds):
-        raise bad(f"seeds {sorted(set(scan) & set(seeds))} are both scan and planned seeds: an LR chosen on a "
-                  "seed would flatter that seed's rows")
-    return Study(name, str(spec["experiment"]), {str(k): list(v) for k, v in rows.items()}, tuple(sorted(grid)),
-                 tuple(scan), tuple(seeds), tuple(budgets), select_at, tuple(spec.get("overrides", ())))
-
-
 def load_study(results_dir, name: str) -> Study:
     """The study `name` declared in <results_dir>/claims.yaml."""
-    import yaml
-
-    path = Path(results_dir) / "claims.yaml"
-    try:
-        studies = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("studies") or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise StudyError(f"{path}: cannot read the claims file ({type(exc).__name__}: {exc})") from None
+    studies = load_studies(results_dir)
     if name not in studies:
-        raise StudyError(f"{path} declares no study {name!r}; declared: {', '.join(studies) or 'none'}")
-    return parse_study(name, studies[name], str(path))
+        raise StudyError(f"{Path(results_dir) / CLAIMS_FILE} declares no study {name!r}; declared: "
+                         f"{', '.join(studies) or 'none'}")
+    return studies[name]
 
 
 def _sweep(study: Study, name: str, seeds, lrs, rows: list[str], jobs: int, results_dir: str) -> list[str]:
@@ -207,7 +140,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"[3/3] planned seeds -> {args.results}/runs/{study.experiment}", flush=True)
         for command in confirm_commands(study, choices, jobs=args.jobs, results_dir=args.results):
             _run(command)
-    except StudyError as exc:
+    except (StudyError, ClaimsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
 

@@ -111,7 +111,7 @@ def _main(argv: list[str] | None) -> int:
 
 
 def _tables(args) -> int:
-    from mbexp.analysis import claims, outputs, render, report, table
+    from mbexp.analysis import claims, outputs, render, report, studies, table
     from mbexp.analysis.collect import collect_runs, log
 
     skipped = _Counter()
@@ -121,6 +121,7 @@ def _tables(args) -> int:
         if args.only:
             runs = runs[runs["experiment"] == args.only]
         tables = table.tables_for(runs, dict(args.baseline), tune=args.tune, margin=args.margin)
+        studies.annotate(tables, args.results)  # a declared study's rows: the LR its scan chose
         # claims compare experiments: --only leaves them, and their files, alone
         verdicts = [] if args.only else claims.evaluate_file(args.results / "claims.yaml", tables)
     except claims.ClaimsError as err:  # a bad claims file: one line naming it and the claim, nothing written
@@ -147,6 +148,8 @@ def _tables(args) -> int:
     if claims_paths:
         print(f"## claims → {', '.join(map(str, claims_paths))}\n")
         print(report.claims_markdown(verdicts))
+    if not args.only and (costs := studies.cost_lines(args.results)):
+        print("## declared studies: compute (docs/studies.md)\n\n" + "\n".join(costs) + "\n")
     if args.wandb:
         from mbexp.analysis.wandb_run import log_tables
 

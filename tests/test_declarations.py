@@ -40,7 +40,7 @@ def standing(results) -> list[str]:
     spec = importlib.util.spec_from_file_location("make_table", REPO / "scripts" / "make_table.py")
     make_table = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(make_table)
-    assert make_table.main(["--results", str(results), "--no-wandb", "--only", "none"]) == 0
+    assert make_table.main(["--results", str(results), "--no-wandb"]) == 0
     return pd.read_csv(results / "tables" / "claims.csv")["standing"].tolist()
 
 

@@ -268,7 +268,9 @@ def qualifiers(claim: Claim, table: Table, cells: dict, present: dict, compariso
                 f"past {claim.max_epochs:g} epoch{plural} ({epochs:.2f} epochs)", True)
     if claim.own_lr:
         tuned = table.tuned == "optim.lr"
-        shared = [label for label in cells if not tuned or _read(claim, table, label, value)["_tv"].nunique() < 2]
+        own = dict(zip(table.rows["label"], table.rows["lr_own"])) if "lr_own" in table.rows else None
+        shared = [label for label in cells if not own.get(label)] if own is not None else \
+            [label for label in cells if not tuned or _read(claim, table, label, value)["_tv"].nunique() < 2]
         if shared:
             lrs = sorted({float(i.get("optim.lr")) for i in done["identity"] if i.get("optim.lr") is not None})
             at = f" (one lr: {', '.join(setting(v) for v in lrs)})" if lrs else ""

@@ -51,8 +51,9 @@ def ladder_trend(claim: Claim, table: Table | None) -> Result:
     texts = [f"fit-free: paired Δ vs the baseline per size at {steps} steps, its slope over ln N"]
     unmet = [f"planned seeds missing for {c.row}: {seed_range(planned - set(c.deltas.index))}"
              for c in comparisons if planned - set(c.deltas.index)]
-    if claim.own_lr and table.tuned != "optim.lr":
-        unmet.append("not at their own tuned LR: every size and FFN at one LR")
+    own = table.rows["lr_own"].all() if "lr_own" in table.rows else table.tuned == "optim.lr"
+    if claim.own_lr and not own:
+        unmet.append("not at their own tuned LR: a size or FFN not at the LR its scan chose, or at one LR")
     read = table.runs[table.runs["seed"].isin(planned) & (table.runs["steps"] == steps)]
     if claim.max_epochs is not None and read["epochs"].max() > claim.max_epochs:
         unmet.append(f"past {claim.max_epochs:g} epoch ({read['epochs'].max():.2f} epochs)")

@@ -45,6 +45,9 @@ def display(table: Table) -> pd.DataFrame:
     """The table as formatted strings, with the markdown/LaTeX column names."""
     rows = table.rows
     cols = {"variant": rows["label"]}
+    if "lr_chosen" in rows:  # a declared study's row at the LR its scan chose (mbexp.analysis.studies)
+        cols["lr (scan)"] = [f"{setting(v)}{' edge' if e else ''}" if pd.notna(v) else "—"
+                             for v, e in zip(rows["lr_chosen"], rows["lr_edge"])]
     if table.tuned:
         cols[f"{short(table.tuned)} (tried)"] = [f"{setting(v)} ({int(n)})" if pd.notna(v) else f"— ({int(n)})"
                                                  for v, n in zip(rows["tuned"], rows["tried"])]

@@ -15,7 +15,8 @@ from mbexp.analysis import example, stats
 from mbexp.analysis.claims import ClaimsError, Comparison, Result, evaluate, load_claims, seed_range, short
 from mbexp.analysis.ladder_render import multiplier_cell
 from mbexp.analysis.render import fmt
-from mbexp.analysis.table import setting
+from mbexp.analysis.studies import cost_lines
+from mbexp.analysis.table import build_tables, setting
 from mbexp.declarations import CONFIRMATORY, EXPLORATORY, VERDICTS
 
 CLAIMS_BEGIN, CLAIMS_END = "<!-- claims:begin -->", "<!-- claims:end -->"
@@ -238,7 +239,7 @@ def readme_block(results: list[Result], trends: list[dict] = ()) -> str:
         "([rules](docs/table.md#declarations-confirmatory-or-exploratory)).", "", *lines])
 
 
-def results_page(results: list[Result], trends: list[dict] = ()) -> str:
+def results_page(results: list[Result], trends: list[dict] = (), costs: list[str] = ()) -> str:
     """docs/results.md's generated part: the claims table, per claim its family with every statistic, the ladders."""
     out = ["## Claims", "", claims_markdown(results)]
     for r in results:
@@ -252,6 +253,8 @@ def results_page(results: list[Result], trends: list[dict] = ()) -> str:
         out += [f"- `{exp}`: [fit table](../results/tables/{exp}_fit.md), "
                 f"[figure](../results/figures/{exp}_ladder.png)" for exp in sorted({t["experiment"] for t in trends})]
         out += [""]
+    if costs:  # the declared studies' compute against the naive grid of separate runs
+        out += ["## Declared studies: compute", "", *costs, "", "([studies.md](studies.md#cost))", ""]
     experiments = sorted({r.claim.experiment for r in results})
     out += ["## Tables and figures", ""]
     out += [f"- `{exp}`: [table](../results/tables/{exp}.md), [forest plot](../results/figures/{exp}_forest.png)"
@@ -309,8 +312,6 @@ def splice(text: str, begin: str, end: str, block: str) -> str:
 
 
 def generate(results_dir, claims_path) -> list[Result]:
-    from mbexp.analysis.table import build_tables
-
     return evaluate(load_claims(claims_path), build_tables(results_dir))
 
 
@@ -328,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         trends = ladder_trends(args.results)
         texts = {path: splice(path.read_text(encoding="utf-8"), begin, end, block) for path, begin, end, block in
                  ((args.readme, CLAIMS_BEGIN, CLAIMS_END, readme_block(results, trends)),
-                  (args.page, RESULTS_BEGIN, RESULTS_END, results_page(results, trends)),
+                  (args.page, RESULTS_BEGIN, RESULTS_END, results_page(results, trends, cost_lines(args.results))),
                   (args.table_doc, example.EXAMPLE_BEGIN, example.EXAMPLE_END, example_block()))}
     except (ClaimsError, ValueError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)

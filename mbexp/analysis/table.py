@@ -53,8 +53,12 @@ def setting(value) -> str:
 
 def build_tables(results_dir, baselines: dict | None = None, *, tune: str = TUNE, margin: float = MARGIN,
                  strict: bool = False) -> dict[str, Table]:
-    """Tables per experiment, straight from the run files."""
-    return tables_for(collect_runs(results_dir, strict), baselines, tune=tune, margin=margin)
+    """Tables per experiment, straight from the run files (a declared study's rows with the LR its scan chose)."""
+    from mbexp.analysis.studies import annotate
+
+    tables = tables_for(collect_runs(results_dir, strict), baselines, tune=tune, margin=margin)
+    annotate(tables, results_dir)
+    return tables
 
 
 def tables_for(runs: pd.DataFrame, baselines: dict | None = None, *, tune: str = TUNE,

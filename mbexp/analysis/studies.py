@@ -1,0 +1,95 @@
+"""Declared LR studies in the tables (docs/studies.md): each row's LR as its study's scan chose it, whether every
+run of the row sits at it, and the compute a study spent against the naive grid of separate runs."""
+
+import math
+from pathlib import Path
+
+from mbexp.analysis.render import setting
+from mbexp.analysis.table import Table
+from mbexp.config import OptimConfig
+from mbexp.declarations import Study, load_studies
+from mbexp.io import read_summary
+from mbexp.schedule import cooldown_start
+from mbexp.study import StudyError, choose, identity_key
+
+
+def annotate(tables: dict[str, Table], results_dir) -> None:
+    """Add to each declared study's table the columns lr_chosen, lr_edge and lr_own (every planned run of the row
+    at its chosen LR), and a note saying how the LRs were chosen; a table whose scan is unfinished says so."""
+    for study in load_studies(results_dir).values():
+        table = tables.get(study.experiment)
+        if table is None:
+            continue
+        try:
+            choices = {tuple(map(str, values)): c for values, c in choose(study, results_dir).items()}
+        except StudyError as exc:
+            table.notes.append(f"each row's LR is not known yet: {exc}")
+            continue
+        chosen, edge, own = {}, {}, {}
+        for label, runs in table.runs.groupby("label"):
+            ident = runs["identity"].iloc[0]
+            c = choices.get(tuple(str(ident.get(identity_key(k))) for k in study.rows))
+            planned = runs[runs["seed"].isin(study.seeds)]
+            chosen[label], edge[label] = (c.lr, c.edge) if c else (math.nan, "")
+            own[label] = bool(c) and len(planned) > 0 and all(
+                math.isclose(float(i.get("optim.lr")), c.lr) for i in planned["identity"])
+        rows = table.rows
+        rows["lr_chosen"], rows["lr_edge"] = rows["label"].map(chosen), rows["label"].map(edge).fillna("")
+        rows["lr_own"] = rows["label"].map(own).fillna(False).astype(bool)
+        table.notes.append(
+            f"lr (scan): each row's LR, chosen by the declared study `{study.name}` on mean validation log-ppl at "
+            f"{study.select_at} steps over scan seed(s) {', '.join(map(str, study.scan_seeds))} (runs in "
+            f"`{study.scan_experiment}`) from {', '.join(setting(v) for v in study.lr_grid)}; `edge`: the best LR is "
+            "an end of the grid, so the optimum may lie beyond it; the scan seeds are not among the rows' seeds")
+
+
+def _runs(study: Study, results_dir) -> list[dict]:
+    """The summaries of every run the study made: its scan and its planned seeds, at its budgets."""
+    out = []
+    for experiment, seeds in ((study.scan_experiment, study.scan_seeds), (study.experiment, study.seeds)):
+        for path in sorted((Path(results_dir) / "runs" / experiment).glob("*/seed=*/summary.json")):
+            s = read_summary(path.parent)
+            if s and s.get("seed") in seeds and s.get("steps") in study.budgets and s.get("step"):
+                out.append(s)
+    return out
+
+
+def per_run_steps(study: Study) -> int:
+    """Steps one (row, LR, seed) of the study trains: the largest budget, plus each smaller budget's cool-down."""
+    top, fraction = study.budgets[-1], _cooldown_fraction(study)
+    return top + sum(b - cooldown_start(b, fraction) for b in study.budgets[:-1])
+
+
+def _cooldown_fraction(study: Study) -> float:
+    return float(dict(o.split("=", 1) for o in study.overrides).get("optim.cooldown_fraction",
+                                                                     OptimConfig.cooldown_fraction))
+
+
+def cost(study: Study, results_dir) -> dict:
+    """Compute spent (steps, tokens, run-seconds: each run's own steps, a branch without its trunk) against the naive
+    grid: every row x LR x seed (scan and planned) x budget trained from scratch; and the same ratio by design."""
+    steps = tokens = seconds = 0.0
+    for s in _runs(study, results_dir):
+        branched = s.get("branched") or {}
+        own = s["step"] - branched.get("step", 0)
+        steps += own
+        tokens += own * (s.get("tokens_seen") or 0) / s["step"]
+        seconds += (s.get("wall_time_s") or 0) - branched.get("wall_time_s", 0)
+    rows, grid = len(study.row_values()), len(study.lr_grid)
+    seeds = len(set(study.scan_seeds) | set(study.seeds))
+    naive = rows * grid * seeds * sum(study.budgets)
+    design = per_run_steps(study) * rows * (grid * len(study.scan_seeds) + len(study.seeds))
+    return {"study": study.name, "steps": int(steps), "tokens": int(tokens), "run_seconds": round(seconds),
+            "naive_steps": naive, "design_steps": design, "design_ratio": design / naive,
+            "done": steps / design}
+
+
+def cost_lines(results_dir) -> list[str]:
+    """One line per declared study: its compute so far, by design, and the naive grid's (markdown)."""
+    out = []
+    for study in load_studies(results_dir).values():
+        c = cost(study, results_dir)
+        out.append(f"- `{c['study']}`: {c['steps']:,} steps spent ({c['tokens']:,} tokens, {c['run_seconds']:,} "
+                   f"run-seconds; {c['done']:.0%} of its design); by design {c['design_steps']:,} steps against "
+                   f"{c['naive_steps']:,} for the naive grid, ratio **{c['design_ratio']:.2f}**")
+    return out

@@ -1,0 +1,96 @@
+"""A declared LR study end to end (docs/studies.md): scan, choice on validation, planned seeds, the table's chosen
+LR and edge flag, the own-LR condition, and the compute against the naive grid."""
+
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+from tiny import REPO, summaries
+
+from mbexp.analysis import studies
+from mbexp.analysis.table import build_tables
+from mbexp.declarations import ClaimsError, load_studies, parse_study
+
+STUDY = """\
+margin: 0.02
+claims:
+  - id: glu-tiny
+    claim: SwiGLU beats ReLU
+    paper: test
+    experiment: smoke
+    study: tiny
+    at: {{train.steps: 16}}
+    baseline: layer-pre-relu-matched
+    rows: [layer-pre-swiglu-matched]
+    hypothesis: better
+    seeds: [1, 2]
+    conditions: {{own_lr: true, max_epochs: 1}}
+studies:
+  tiny:
+    experiment: smoke
+    rows: {{ffn: [relu, swiglu]}}
+    lr_grid: [1.0e-3, 1.0e-2]
+    scan_seeds: [0]
+    seeds: [1, 2]
+    budgets: [8, 16]
+    overrides: [data.cache_dir={cache}, logger=none, optim.warmup_steps=2, optim.cooldown_fraction=0.25,
+                train.eval_every=4, train.log_every=4, train.checkpoint_every=4]
+"""
+
+
+def test_a_study_refuses_a_seed_that_both_scans_and_confirms():
+    spec = {"experiment": "e", "rows": {"ffn": ["relu"]}, "lr_grid": [1e-3, 1e-2], "scan_seeds": [0],
+            "seeds": [0, 1], "budgets": [8]}
+    with pytest.raises(ClaimsError, match="both scan and planned seeds"):
+        parse_study("s", spec, "claims file x")
+    with pytest.raises(ClaimsError, match="select_at=9 is not one of the budgets"):
+        parse_study("s", spec | {"seeds": [1], "select_at": 9}, "claims file x")
+
+
+@pytest.mark.slow
+def test_the_study_command_scans_chooses_and_runs_the_planned_seeds(tmp_path, cache):
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "claims.yaml").write_text(STUDY.format(cache=cache))
+    done = subprocess.run([sys.executable, "-m", "mbexp.study", "tiny", "--results", str(results)], cwd=REPO,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "[2/3] chosen on validation at 16 steps" in done.stdout
+    runs = summaries(results)
+    scan = [s for s in runs if s["experiment"] == "smoke_scan"]
+    planned = [s for s in runs if s["experiment"] == "smoke"]
+    assert len(scan) == 2 * 2 * 2 and {s["seed"] for s in scan} == {0}  # rows x LRs x budgets, scan seed only
+    assert len(planned) == 2 * 2 * 2 and {s["seed"] for s in planned} == {1, 2}
+    assert all(s["status"] == "completed" for s in runs)
+
+    # the choice: the LR with the lower mean validation loss at 16 steps over the scan seed, per row
+    best = {}
+    for s in scan:
+        if s["steps"] == 16:
+            best.setdefault(s["axes"]["ffn"], []).append((s["final_val_loss"], s["identity"]["optim.lr"]))
+    chosen = {ffn: min(v)[1] for ffn, v in best.items()}
+    assert {(s["axes"]["ffn"], s["identity"]["optim.lr"]) for s in planned} == set(chosen.items())
+
+    table = build_tables(results)["smoke"]
+    rows = table.rows.set_index("label")
+    assert rows.loc["layer-pre-relu-matched", "lr_chosen"] == chosen["relu"]
+    assert set(rows["lr_edge"]) <= {"low", "high"} and rows["lr_own"].all()  # a two-value grid: always an edge
+    assert any("lr (scan)" in note for note in table.notes)
+
+    # the branch runs count their own steps only: spent = by design = 18 steps per (row, LR or seed)
+    c = studies.cost(load_studies(results)["tiny"], results)
+    assert c["design_steps"] == 18 * 2 * (2 * 1 + 2) == c["steps"]
+    assert c["naive_steps"] == 2 * 2 * 3 * (8 + 16) and c["design_ratio"] == pytest.approx(144 / 288)
+
+    # the claim's conditions hold (each row at its scan's LR) and it was declared before its runs
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_table", REPO / "scripts" / "make_table.py")
+    make_table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_table)
+    assert make_table.main(["--results", str(results), "--no-wandb"]) == 0
+    claims = pd.read_csv(results / "tables" / "claims.csv").iloc[0]
+    assert claims["standing"] == "confirmatory" and pd.isna(claims["conditions_unmet"])
+    shown = (results / "tables" / "smoke.md").read_text()
+    assert "lr (scan)" in shown and "edge" in shown
