@@ -159,9 +159,10 @@ def test_claims_file_errors_are_one_line(tmp_path):
     sweep(tmp_path)
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "make_table.py"), "--no-wandb", "--results",
                            str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert done.returncode == 1 and not (tmp_path / "tables").exists()
-    assert done.stderr.splitlines() == [f"error: {bad} claim 0 (x): hypothesis must be one of better, worse, "
-                                        "equivalent, ordering and statistic one of delta, sensitivity"]
+    assert done.returncode == 2 and not (tmp_path / "tables").exists()
+    assert done.stderr.splitlines() == [f"error: claims file {bad}, claim 0 (x): hypothesis must be one of better, "
+                                        "worse, equivalent, ordering and statistic one of delta, sensitivity, "
+                                        "sensitivity_diff, trend, got 'best' and 'delta'"]
 
 
 def test_make_table_writes_the_claims_table(tmp_path):

@@ -3,8 +3,6 @@ other claim (planned seeds, declared conditions, standing from the runs' recorde
 
 import math
 
-import pandas as pd
-
 from mbexp.analysis import stats
 from mbexp.analysis.claims import Comparison, Result, outcome, seed_range, verdict
 from mbexp.analysis.table import Table
@@ -15,38 +13,27 @@ def ladder_trend(claim: Claim, table: Table | None) -> Result:
     """A ladder claim (statistic: trend): per (variant, baseline) pair, the fit-free trend of the paired Δ over
     ln(non-embedding parameters) at the claim's budget (analysis/trend.py; default the largest), on the planned
     seeds; resolved when the Holm-adjusted slope t-test and permutation p are both below α; `better`: Δ falls."""
-    from mbexp.analysis import trend as fit_free
-    from mbexp.analysis.scaling import ladder_points
+    from mbexp.analysis.trend import claim_trends
 
     if table is None:
         return Result(claim, [], NOT_TESTED, EXPLORATORY, {}, [f"no finished runs of {claim.experiment}"])
-    points, _ = ladder_points(table)
-    unknown = sorted({v for pair in claim.pairs for v in pair} - set(points["variant"]))
-    if unknown:
-        return Result(claim, [], NOT_TESTED, EXPLORATORY, {}, [f"variants not in {claim.experiment}: "
-                                                               f"{', '.join(unknown)}"])
-    steps = dict(claim.at).get("train.steps", points["steps"].max())
 
-    def tested(seeds) -> list[Comparison]:
-        out, permuted = [], []
-        for row, base in claim.pairs:
-            deltas = {n: d[d.index.isin(seeds)] if seeds else d
-                      for n, d in fit_free.ladder_deltas(points, row, base, steps).items()}
-            t, t90 = fit_free.trend(deltas), fit_free.trend(deltas, level=0.90)
-            out.append(Comparison(row, base, stats.Interval(t.slope, t.low, t.high, p=t.p, df=len(t.seeds) - 1,
-                                                            method="trend"),
-                                  stats.Interval(t90.slope, t90.low, t90.high, method="trend"),
-                                  pd.Series(t.slopes, index=list(t.seeds[:len(t.slopes)]), dtype=float),
-                                  len(t.seeds)))
-            permuted.append(t.p_permutation)
-        for c, p, q in zip(out, stats.holm([c.interval.p for c in out]), stats.holm(permuted)):
+    def tested(seeds) -> tuple[list[Comparison], int]:
+        trends, steps = claim_trends(table, claim.pairs, claim.at, seeds)
+        out = [Comparison(r, b, t.interval, t90.interval, t.per_seed, len(t.seeds))
+               for (r, b), (t, t90) in zip(claim.pairs, trends)]
+        ps, qs = stats.holm([t.p for t, _ in trends]), stats.holm([t.p_permutation for t, _ in trends])
+        for c, p, q in zip(out, ps, qs):
             c.p_holm = max(p, q)
             c.mark = stats.mark(c.interval.delta, c.p_holm, math.nan)
             c.outcome = outcome(claim, c)
-        return out
+        return out, steps
 
     planned = set(claim.seeds)
-    comparisons, everyone = tested(planned), tested(None)
+    try:
+        (comparisons, steps), (everyone, _) = tested(planned), tested(None)
+    except ValueError as err:  # variants the ladder lacks
+        return Result(claim, [], NOT_TESTED, EXPLORATORY, {}, [str(err)])
     present = {c.row: sorted(c.deltas.index) for c in everyone}
     texts = [f"fit-free: paired Δ vs the baseline per size at {steps} steps, its slope over ln N"]
     unmet = [f"planned seeds missing for {c.row}: {seed_range(planned - set(c.deltas.index))}"

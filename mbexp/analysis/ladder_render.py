@@ -142,13 +142,13 @@ def plot(ladder: Ladder) -> Figure:
     for _, c in ladder.curves.iterrows():
         key = (c["variant"], c["budget"])
         mine = points[(points["variant"] == c["variant"]) & (points["budget"] == c["budget"])]
-        grid = np.geomspace(mine["compute"].min() / 1.2, mine["compute"].max() * 1.2, 100)
+        grid = _steady(np.geomspace(mine["compute"].min() / 1.2, mine["compute"].max() * 1.2, 100))
         fade = 1.0 if c["budget"] == budgets_[-1] else 0.45
         where = "" if c["budget"] == "all" else f", {c['budget']} steps"
-        ax.plot(grid, _curve(c).loss(grid), color=colours[c["variant"]], alpha=fade,
+        ax.plot(grid, _steady(_curve(c).loss(grid)), color=colours[c["variant"]], alpha=fade,
                 label=f"{c['variant']}{where} (α={c['alpha']:.3f})")
         if key in ladder.held_out_curves:
-            ax.plot(grid, ladder.held_out_curves[key].loss(grid), color=colours[c["variant"]], alpha=fade,
+            ax.plot(grid, _steady(ladder.held_out_curves[key].loss(grid)), color=colours[c["variant"]], alpha=fade,
                     linestyle="--", linewidth=1)
     for variant in [v for v in colours if v not in set(ladder.curves["variant"])]:  # in order: stable bytes
         ax.plot([], [], marker="o", markersize=3, linestyle="none", color=colours[variant],
@@ -165,6 +165,11 @@ def plot(ladder: Ladder) -> Figure:
            title=f"{ladder.experiment}: L(C) = E + A·C^-α (E shared within a budget)")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small", frameon=False)
     return fig
+
+
+def _steady(values: np.ndarray) -> np.ndarray:
+    """Values at 9 significant digits: numpy's exp and log differ in the last bit between CPUs, which moves pixels."""
+    return np.array([float(f"{v:.9g}") for v in values])
 
 
 def _curve(row: pd.Series) -> Curve:

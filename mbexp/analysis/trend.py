@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from mbexp.analysis.stats import ALPHA, LEVEL
+from mbexp.analysis.stats import ALPHA, LEVEL, Interval
 
 EXACT_LIMIT = 200_000  # permutations enumerated exactly up to this many, else drawn
 DRAWS = 20_000
@@ -31,6 +31,15 @@ class Trend:
     p: float  # one-sample t-test on the per-seed slopes, two-sided
     p_permutation: float  # two-sided, Δ permuted across sizes within each seed
     reading: str  # "shrinks" / "grows" (the deficit, Δ > 0 meaning the variant is behind) or "not resolved"
+
+    @property
+    def interval(self) -> Interval:
+        """The slope as an Interval (method "trend"), as claims read a comparison."""
+        return Interval(self.slope, self.low, self.high, p=self.p, df=len(self.seeds) - 1, method="trend")
+
+    @property
+    def per_seed(self) -> pd.Series:
+        return pd.Series(self.slopes, index=list(self.seeds[:len(self.slopes)]), dtype=float)
 
 
 def paired_deltas(losses: dict, base: dict) -> dict:
@@ -98,3 +107,20 @@ def ladder_deltas(points: pd.DataFrame, variant: str, baseline: str, steps) -> d
     shared = [s for s in mine if s in base]
     return paired_deltas({mine[s]["params_non_embedding"]: mine[s]["losses"] for s in shared},
                          {mine[s]["params_non_embedding"]: base[s]["losses"] for s in shared})
+
+
+def claim_trends(table, pairs, at: tuple, seeds=None) -> tuple[list, int]:
+    """Per (variant, baseline) pair of a ladder claim, its Trend at the 95% and the 90% level on `seeds` (None: all),
+    at the claim's train.steps (default the largest budget), and that budget; ValueError names unknown variants."""
+    from mbexp.analysis.scaling import ladder_points
+
+    points, _ = ladder_points(table)
+    unknown = sorted({v for pair in pairs for v in pair} - set(points["variant"]))
+    if unknown:
+        raise ValueError(f"variants not in {table.experiment}: {', '.join(unknown)}")
+    steps = dict(at).get("train.steps", points["steps"].max())
+    out = []
+    for row, base in pairs:
+        deltas = {n: d[d.index.isin(seeds)] if seeds else d for n, d in ladder_deltas(points, row, base, steps).items()}
+        out.append((trend(deltas), trend(deltas, level=0.90)))
+    return out, steps
