@@ -1,14 +1,16 @@
 """A ladder's per-size rules (docs/table.md, "Ladders"), each against an independent value: scipy, by hand."""
 
 import json
+import math
 import shutil
 
+import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 from test_scaling import curve, write_ladder
 from test_table_rules import holm_by_hand
 
-from mbexp.analysis import table
+from mbexp.analysis import ladder_checks, table
 
 
 def losses(results, ffn: str, size: str, steps: int = 600) -> list[float]:
@@ -48,3 +50,23 @@ def test_a_table_of_one_size_keeps_one_baseline(tmp_path):
     built = table.build_tables(tmp_path)["synth"]
     assert "baseline_row" not in built.rows
     assert set(built.baselines.values()) == {"layer-pre-relu-matched-ladder64"}
+
+
+def test_lack_of_fit_is_the_f_test_of_the_residuals_against_the_pooled_seed_variance():
+    """Two points of 3 seeds, one parameter: residual MS = 3·(0.1² + 0.2²)/1 = 0.15; within = (2 + 0.5)/4 = 0.625;
+    F = 0.24 on (1, 4) df."""
+    points = pd.DataFrame({"losses": [pd.Series([4.0, 5.0, 6.0]), pd.Series([5.0, 5.5, 6.0])], "n": [3, 3],
+                           "residual": [0.1, -0.2]})
+    got = ladder_checks.lack_of_fit(points, 1)
+    assert got["F"] == pytest.approx(0.24, rel=1e-12) and (got["df1"], got["df2"]) == (1, 4)
+    assert got["p"] == pytest.approx(scipy_stats.f.sf(0.24, 1, 4), rel=1e-12)
+    assert math.isnan(ladder_checks.lack_of_fit(points, 2)["p"])  # no residual df
+
+
+def test_the_panel_says_rises_or_falls_only_when_every_form_agrees():
+    verdict = ladder_checks.verdict
+    assert verdict(["rises", "rises", "crosses 1 upward"]) == "rises"
+    assert verdict(["falls", "crosses 1 downward"]) == "falls"
+    assert verdict(["rises", "not resolved", "rises"]) == "form-dependent"
+    assert verdict(["rises", "falls"]) == "form-dependent"
+    assert verdict(["not resolved", "not resolved"]) == "not resolved"
