@@ -10,7 +10,7 @@ from scipy import stats as scipy_stats
 from test_scaling import curve, write_ladder
 from test_table_rules import holm_by_hand
 
-from mbexp.analysis import ladder_checks, table
+from mbexp.analysis import ladder_checks, powerlaw, table
 
 
 def losses(results, ffn: str, size: str, steps: int = 600) -> list[float]:
@@ -70,3 +70,10 @@ def test_the_panel_says_rises_or_falls_only_when_every_form_agrees():
     assert verdict(["rises", "not resolved", "rises"]) == "form-dependent"
     assert verdict(["rises", "falls"]) == "form-dependent"
     assert verdict(["not resolved", "not resolved"]) == "not resolved"
+
+
+def test_a_draw_with_a_loss_at_or_below_zero_is_no_fit():
+    """A 2-seed point's bootstrap draw (t on 1 df) can fall below 0: the refit raises, and the bootstrap drops it."""
+    points = pd.DataFrame({"variant": ["a"] * 3, "compute": [1e12, 2e12, 4e12], "loss": [5.0, 4.0, -0.1]})
+    with pytest.raises(RuntimeError, match="at or below 0"):
+        powerlaw.fit(points)

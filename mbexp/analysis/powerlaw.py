@@ -67,6 +67,8 @@ def fit(points: pd.DataFrame, start: np.ndarray | None = None, *, zero_floor: bo
     log_c = np.log(points["compute"].to_numpy(float))
     centre = log_c.mean()
     x, y, k = log_c - centre, points["loss"].to_numpy(float), len(names)
+    if not y.min() > 0:  # a bootstrap draw of a 2-seed point (t on 1 df) can reach it: that refit is dropped
+        raise RuntimeError("a mean loss at or below 0: no power law with E ≥ 0 fits it")
 
     def model(_, e, *ab):
         a, alpha = np.asarray(ab[:k]), np.asarray(ab[k:])
