@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats as scipy_stats
 from test_scaling import curve, fitted, write_ladder
 
 from mbexp.analysis import scaling, table
@@ -46,7 +47,10 @@ def width_per_noise(results, seeds: int) -> float:
 
 
 def test_multiplier_interval_narrows_as_the_standard_error_of_a_mean(tmp_path):
-    """The bootstrap draws a point's mean, not one run: width ∝ SD/√n, so the width per standard error is the
-    same at 3 and at 12 seeds (a draw of one run per point would make it 2x larger at 12 seeds)."""
+    """The bootstrap draws a point's mean from its own seeds, not one run: width ∝ t(n − 1)·SD/√n, so the width
+    per standard error shrinks from 3 to 12 seeds as t_0.975 on 11 over 2 df, 2.201 / 4.303 = 0.51 (a draw of one
+    run per point would make it 2x that; the pooled draw of before gave 1)."""
+    expected = scipy_stats.t.ppf(0.975, 11) / scipy_stats.t.ppf(0.975, 2)
     ratio = width_per_noise(tmp_path / "twelve", 12) / width_per_noise(tmp_path / "three", 3)
-    assert ratio == pytest.approx(1.0, abs=0.25)
+    assert expected == pytest.approx(0.5115, abs=1e-3)
+    assert ratio == pytest.approx(expected, abs=0.15)

@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats as scipy_stats
 
 from mbexp.analysis import powerlaw, scaling, trend
 from mbexp.analysis.powerlaw import Curve
@@ -50,11 +51,15 @@ def test_multiplier_and_its_trend_with_unequal_exponents():
     assert powerlaw.crossover(base, gated, 1.0, 1e4) == (pytest.approx(1024), "within")
 
 
-def test_a_bootstrap_mean_spreads_like_a_mean_of_n_seeds():
-    """A point of 3 seeds gets the mean of 3 pooled deviations: s.d. 1/√3 for a unit pool (one draw: √3 wider)."""
+def test_a_bootstrap_mean_spreads_like_a_t_interval_of_its_own_seeds():
+    """A point of 3 seeds (s = 1) is redrawn as its mean + s/√3 × t on 2 df: its 80% percentile range is
+    5 ± 1.886/√3 = 5 ± 1.089 and its 95% one 5 ± 4.303/√3 = 5 ± 2.484 (a normal draw: ± 0.740 and ± 1.132)."""
     rng = np.random.default_rng(0)
-    pool = rng.standard_normal(400)
-    pool = (pool - pool.mean()) / pool.std()
-    losses = [pd.Series([5.0, 5.0, 5.0])]
-    draws = [scaling.resampled_means(losses, pool, rng)[0] for _ in range(4000)]
-    assert np.std(draws) == pytest.approx(1 / math.sqrt(3), rel=0.05)
+    losses = [pd.Series([4.0, 5.0, 6.0]), pd.Series([7.0])]
+    draws = np.array([scaling.resampled_means(losses, rng) for _ in range(20000)])
+    for level, half in ((0.80, 1.089), (0.95, 2.484)):
+        tail = (1 - level) / 2
+        assert scipy_stats.t.ppf(1 - tail, 2) / math.sqrt(3) == pytest.approx(half, abs=1e-3)
+        assert np.percentile(draws[:, 0], [100 * tail, 100 * (1 - tail)]) == pytest.approx([5 - half, 5 + half],
+                                                                                           abs=0.04 * half)
+    assert (draws[:, 1] == 7.0).all()  # one seed: no spread of its own, the mean stays

@@ -153,16 +153,24 @@ def _sensitivity(ax, table: Table) -> None:
     ax.legend(loc="best", fontsize="small", frameon=False)
 
 
+def baseline_name(table: Table) -> str:
+    """The baseline as a figure names it: its row, or in a ladder its variant at each row's own size."""
+    if len(set(table.baselines.values()) - {None}) > 1:
+        return "the baseline at the same size"
+    return table.baseline
+
+
 def plot_budget(table: Table) -> Figure:
     """Δ vs the baseline at each budget, per row, with its 95% interval (paired by seed); no lines between
     budgets, whose runs are separate."""
     budgets = table.columns
-    rows = [label for label in table.rows["label"] if label != table.baseline]
+    own = table.baselines or dict.fromkeys(table.rows["label"], table.baseline)
+    rows = [label for label in table.rows["label"] if own.get(label) not in (label, None)]
     fig, ax = _figure()
     width = 0.8 / max(len(rows), 1)
     for i, label in enumerate(rows):
         for j, value in enumerate(budgets):
-            iv = stats.compare(losses_at(table, label, value), losses_at(table, table.baseline, value))
+            iv = stats.compare(losses_at(table, label, value), losses_at(table, own[label], value))
             x = j - 0.4 + width * (i + 0.5)
             if math.isnan(iv.low):
                 ax.plot(x, iv.delta, "o", color=_style(i)["color"], fillstyle="none")
@@ -173,7 +181,7 @@ def plot_budget(table: Table) -> Figure:
     ax.axhspan(-m, m, color="0.85", linewidth=0, label=f"±{m:g} (equivalence margin)")
     ax.axhline(0, color="0.3", linewidth=1)
     ax.set_xticks(range(len(budgets)), [f"{setting(v)} steps" for v in budgets])
-    ax.set(ylabel=f"Δ {table.split} log-ppl vs {table.baseline}\n(95% t-interval per comparison; < 0: better)",
+    ax.set(ylabel=f"Δ {table.split} log-ppl vs {baseline_name(table)}\n(95% t-interval per comparison; < 0: better)",
            title=f"{table.experiment}: Δ vs the baseline per budget")
     return _legend(fig, ax)
 
@@ -193,8 +201,8 @@ def plot_forest(table: Table) -> Figure:
     """Each row's Δ vs the baseline: 95% and 90% intervals, the per-seed Δ as dots, the zero line and the ±margin
     band; a row without an interval (n = 1) is a hollow point labelled so."""
     rows = table.rows[~table.rows["baseline"]].iloc[::-1]
-    base_mean = table.rows.loc[table.rows["baseline"], "final_mean"].iloc[0] if table.rows["baseline"].any() \
-        else math.nan
+    means = dict(zip(table.rows["label"], table.rows["final_mean"]))
+    own = table.baselines or dict.fromkeys(table.rows["label"], table.baseline)
     fig = Figure(figsize=(9, 1.4 + 0.4 * max(len(rows), 2)), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
@@ -204,7 +212,8 @@ def plot_forest(table: Table) -> Figure:
     names, dots = [], False
     for y, (_, row) in enumerate(rows.iterrows()):
         if pd.isna(row["ci_low"]):  # no Δ without an interval: the difference of the means, drawn hollow
-            ax.plot(row["final_mean"] - base_mean, y, "o", color="C0", fillstyle="none")
+            ax.plot(row["final_mean"] - means.get(own.get(row["label"]), math.nan), y, "o", color="C0",
+                    fillstyle="none")
             names.append(f"{row['label']} (n = {int(row['n'])}: no interval)")
             continue
         ax.errorbar(row["delta"], y, xerr=[[row["delta"] - row["ci_low"]], [row["ci_high"] - row["delta"]]],
@@ -219,7 +228,8 @@ def plot_forest(table: Table) -> Figure:
     ax.set_ylim(-0.6, len(rows) - 0.4)
     comparisons = int(rows["p"].notna().sum())
     marks = f"marks: Holm over {comparisons} comparisons" if comparisons else "no comparison has an interval"
-    ax.set(xlabel=f"Δ {table.split} log-ppl vs {table.baseline} (< 0: better)\n" + INTERVALS.replace("; ", ";\n"),
+    ax.set(xlabel=f"Δ {table.split} log-ppl vs {baseline_name(table)} (< 0: better)\n"
+                  + INTERVALS.replace("; ", ";\n"),
            title=f"{table.experiment} ({marks})")
     ax.legend(loc="best", fontsize="small", frameon=False)
     return fig

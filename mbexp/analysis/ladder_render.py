@@ -1,6 +1,7 @@
 """A ladder's fit as markdown, CSV and a figure (docs/table.md, "Ladders")."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -14,15 +15,20 @@ from mbexp.analysis.scaling import LEVEL, SHOWN, Ladder, ranking
 
 LEGEND = ("α, E, A: the fitted L(C) = E + A·C^-α (bounded α in (0, 2], E in [0, least mean loss); at bound: the "
           "data did not pin it). RMS resid.: root mean square of mean loss − fitted loss over the curve's points, "
-          "in nats, and its ratio to a point's seed noise (the pooled seed s.d. over √n; ≫ 1: the curve does not "
-          "fit). Multiplier m = C_base(L_v(C)) / C, with C_base the baseline curve solved for the loss and L_v "
-          "the variant's fitted loss at its own compute C (> 1: the baseline needs m times the compute to match; ∞: "
-          "below the baseline's floor); its interval: a bootstrap over seeds drawing from the budget's pooled seed "
-          "deviations. m along the ladder: m(largest size) / m(smallest size) on the curve, with its interval from "
-          "the same refits; rises / falls when that interval excludes 1, crosses 1 when both ends' intervals are "
-          "resolved on either side of 1. Crossover: the compute where the variant's and the baseline's curves "
-          "cross, within or beyond the budget's compute range (none: at no compute the ladder reaches or above). "
-          "Held-out error: the prediction minus the runs' mean (docs/table.md, \"Ladders\").")
+          "in nats. Lack of fit: F = (Σ n·resid² / (points − parameters)) / (pooled within-point seed variance), "
+          "p its upper tail on (points − parameters, Σ(n − 1)) df; per curve its own 2 parameters (the shared E "
+          "counted in the budget's line), per budget every curve with the shared E (p < 0.05: the form does not fit "
+          "the points to within the seed noise). Multiplier m = C_base(L_v(C)) / C, with C_base the baseline "
+          "curve solved for the loss and L_v the variant's fitted loss at its own compute C (> 1: the baseline "
+          "needs m times the compute to match; ∞: below the baseline's floor); its interval: a bootstrap over "
+          "seeds, each point's mean redrawn from its own seeds (mean + s/√n × a t draw on n − 1 df). m along the "
+          "ladder: m(largest size) / m(smallest size) on the curve, with its interval from the same refits; rises "
+          "/ falls when that interval excludes 1, crosses 1 when both ends' intervals are resolved on either side "
+          "of 1. Panel: that trend refit with shared floors, separate floors, E = 0 and each size left out; rises "
+          "/ falls only when every form agrees, else form-dependent. Fit-free: the paired Δ vs the baseline per "
+          "size, its slope over ln N (docs/table.md). Crossover: the compute where the variant's and the "
+          "baseline's curves cross, within or beyond the budget's compute range (none: at no compute the ladder "
+          "reaches or above). Held-out error: the prediction minus the runs' mean (docs/table.md, \"Ladders\").")
 
 
 def to_markdown(ladder: Ladder) -> str:
@@ -37,17 +43,22 @@ def to_markdown(ladder: Ladder) -> str:
     lines = [f"**{ladder.experiment}** — L(C) = E + A·C^-α, {shape}; fitted to the mean final {ladder.split} log-ppl "
              f"over seeds at {len(fitted)} points, the floor E shared by the variants of a budget; C = FLOPs/token × "
              f"tokens seen; baseline `{base}`.", "",
-             "| variant | steps | α | E (shared) | A | RMS resid. | points | crossover vs baseline "
-             "| m along the ladder |",
-             "|:---|---:|---:|---:|---:|---:|---:|:---|:---|"]
+             "| variant | steps | α | E (shared) | A | RMS resid. | lack of fit | points | crossover vs baseline "
+             "| m along the ladder | panel | fit-free |",
+             "|:---|---:|---:|---:|---:|---:|---:|---:|:---|:---|:---|:---|"]
     for _, c in curves.iterrows():
         where = c["crossover_where"]
         cross = f"{c['crossover']:.3g} FLOPs ({where} the data)" if where in ("within", "beyond") else where
         least = fitted.loc[fitted["budget"] == c["budget"], "loss"].min()
         lines.append(f"| {c['variant']} | {c['budget']} | {c['alpha']:.3f}{_bound(c['alpha'], ALPHA_BOUNDS)} | "
-                     f"{c['E']:.3f}{_bound(c['E'], (0.0, least))} | {c['A']:.4g} | {_rms_cell(c)} | "
-                     f"{c['points']} | {cross} | {_trend_cell(c)} |")
+                     f"{c['E']:.3f}{_bound(c['E'], (0.0, least))} | {c['A']:.4g} | {c['rms']:.4f} | "
+                     f"{_lof_cell(c, 'lof_')} | {c['points']} | {cross} | {_trend_cell(c)} | "
+                     f"{_text(c, 'panel')} | {_fit_free_cell(c)} |")
+    for budget, c in curves.groupby("budget", sort=False):
+        lines.append(f"\nLack of fit of the {_steps(budget)} fit (every curve, shared E): "
+                     f"{_lof_cell(c.iloc[0], 'fit_lof_')}.")
     lines += [f"\nLeft out: {line}." for line in ladder.skipped]
+    lines += _panel_lines(ladder)
     others = [v for v in dict.fromkeys(curves["variant"]) if v != base]
     if others:
         how = f"{LEVEL:.0%} bootstrap interval over seeds, {ladder.resamples} refits" if fitted["n"].max() > 1 \
@@ -73,10 +84,39 @@ def _trend_cell(curve: pd.Series) -> str:
            f"[{fmt(curve['trend_low'], SHOWN)}, {fmt(curve['trend_high'], SHOWN)}]"
 
 
-def _rms_cell(curve: pd.Series) -> str:
-    """The residual, and how many times a point's seed noise it is (a curve that fits: about 1)."""
-    ratio = "" if pd.isna(curve["noise"]) else f" ({curve['rms'] / curve['noise']:.1f}× noise)"
-    return f"{curve['rms']:.4f}{ratio}"
+def _lof_cell(row: pd.Series, prefix: str) -> str:
+    """`F 4.94 (5, 24 df), p 0.003`; — without seed spread or residual df."""
+    if f"{prefix}F" not in row or pd.isna(row[f"{prefix}F"]):
+        return "—"
+    return f"F {fmt(row[prefix + 'F'], SHOWN)} ({int(row[prefix + 'df1'])}, {int(row[prefix + 'df2'])} df), " \
+           f"p {fmt(row[prefix + 'p'], SHOWN)}"
+
+
+def _text(row: pd.Series, key: str) -> str:
+    return row[key] if key in row and isinstance(row[key], str) else "—"
+
+
+def _fit_free_cell(row: pd.Series) -> str:
+    if "fit_free" not in row or not isinstance(row["fit_free"], str):
+        return "—"
+    return f"deficit {row['fit_free']} (slope {fmt(row['fit_free_slope'], '+.3f')}/e-fold, " \
+           f"p {fmt(row['fit_free_p'], SHOWN)})"
+
+
+def _steps(budget) -> str:
+    return "pooled" if budget == "all" else f"{budget}-step"
+
+
+def _panel_lines(ladder: Ladder) -> list[str]:
+    """The robustness panel: per variant and budget, m along the ladder under each form of the fit."""
+    if ladder.panel is None or ladder.panel.empty:
+        return []
+    lines = ["", "Robustness panel: m along the ladder (largest / smallest size left) under each form of the fit:",
+             "", "| variant | steps | form | m along the ladder |", "|:---|---:|:---|:---|"]
+    for _, r in ladder.panel.iterrows():
+        lines.append(f"| {r['variant']} | {r['budget']} | {r['form']} | {r['trend']}: ×{fmt(r['ratio'], SHOWN)} "
+                     f"[{fmt(r['low'], SHOWN)}, {fmt(r['high'], SHOWN)}] |")
+    return lines
 
 
 def _bound(value: float, bounds: tuple[float, float]) -> str:
@@ -117,6 +157,61 @@ def to_csv(ladder: Ladder) -> str:
     points.insert(0, "experiment", ladder.experiment)
     points.insert(2, "baseline", points["variant"] == ladder.baseline)
     return points.to_csv(index=False, float_format="%.6g", lineterminator="\n")
+
+
+def ladder_trends(results_dir) -> list[dict]:
+    """Per ladder (results/tables/<exp>_fit.csv), variant and budget: the compute multiplier vs the baseline at the
+    smallest and the largest size and its trend along the ladder, as `make table` computed them."""
+    found = []
+    for path in sorted(Path(results_dir, "tables").glob("*_fit.csv")):
+        fit = pd.read_csv(path)
+        if "trend" not in fit:
+            continue  # a ladder with too few sizes to fit: its file is one line
+        for (variant, steps), rows in fit[~fit["baseline"].astype(bool)].groupby(["variant", "steps"], sort=False):
+            first, last = rows.iloc[0], rows.iloc[-1]
+            found.append({"experiment": path.stem.removesuffix("_fit"), "variant": variant, "steps": int(steps),
+                          "baseline": fit.loc[fit["baseline"].astype(bool), "variant"].iloc[0],
+                          "from": f"{first['size']}: {multiplier_cell(first)}",
+                          "to": f"{last['size']}: {multiplier_cell(last)}",
+                          "trend": str(last["trend"]), "panel": _csv_text(last, "panel"),
+                          "fit_free": _csv_text(last, "fit_free"), "fit_free_p": last.get("fit_free_p", math.nan),
+                          "crossover": "none" if pd.isna(last["crossover"]) else
+                          f"{last['crossover']:.2g} FLOPs ({last['crossover_where']} the data)"})
+    return found
+
+
+def ladder_markdown(trends: list[dict]) -> str:
+    lines = ["| ladder | variant vs baseline | steps | multiplier, smallest size | multiplier, largest size | "
+             "along the ladder | panel | fit-free Δ over size | crossover |",
+             "|:---|:---|---:|---:|---:|:---|:---|:---|:---|"]
+    for t in trends:
+        lines.append(f"| {t['experiment']} | {t['variant']} vs {t['baseline']} | {t['steps']} | {t['from']} | "
+                     f"{t['to']} | {t['trend']} | **{t['panel']}** | {_deficit(t)} | {t['crossover']} |")
+    return "\n".join(lines)
+
+
+def _csv_text(row: pd.Series, key: str) -> str:
+    return row[key] if key in row and isinstance(row[key], str) else "—"
+
+
+def _deficit(t: dict) -> str:
+    """`the deficit shrinks with size (p 0.0227)`: the fit-free reading of the paired Δ over size."""
+    if t["fit_free"] == "—":
+        return "—"
+    return f"the deficit {t['fit_free']} with size (p {fmt(t['fit_free_p'], SHOWN)})" \
+        if t["fit_free"] != "not resolved" else f"not resolved (p {fmt(t['fit_free_p'], SHOWN)})"
+
+
+def readme_ladder_lines(trends: list[dict]) -> list[str]:
+    """The README's ladder lines at each ladder's largest budget: the multiplier's trend as the robustness panel
+    reads it (rises / falls only when every form agrees, else form-dependent), qualified by the fit-free trend."""
+    lines = []
+    for t in trends:
+        if t["steps"] == max(u["steps"] for u in trends if u["experiment"] == t["experiment"]):
+            lines.append(f"| compute multiplier of {t['variant']} over {t['baseline']} as the model grows | "
+                         f"{t['experiment']}, train.steps={t['steps']} | **{t['panel']}** | "
+                         f"size ladder fit, robustness panel; fit-free: {_deficit(t)} |")
+    return lines
 
 
 # --- figure -------------------------------------------------------------------------------------------------------

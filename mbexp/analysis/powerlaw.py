@@ -12,6 +12,7 @@ from scipy.optimize import OptimizeWarning, curve_fit
 
 ALPHA_BOUNDS = (1e-6, 2.0)  # α in (0, 2]
 E_STARTS = (0.0, 0.5, 0.9)  # the fit starts with E at these fractions of the least loss and keeps the best
+ZERO_FLOOR = 1e-12  # E's upper bound for the E = 0 form: the polish then holds E at 0
 AT_BOUND = 1e-7  # a fitted parameter this close to a bound (relative to max(1, |bound|)) is set to the bound
 
 
@@ -55,23 +56,28 @@ def crossover(base: Curve, curve: Curve, low: float, high: float) -> tuple[float
     return math.exp(min(log_c, 700.0)), "within" if log_c <= math.log(high) else "beyond"  # 700: e^700 is finite
 
 
-def fit(points: pd.DataFrame, start: np.ndarray | None = None) -> tuple[dict[str, Curve], np.ndarray]:
+def fit(points: pd.DataFrame, start: np.ndarray | None = None, *, zero_floor: bool = False
+        ) -> tuple[dict[str, Curve], np.ndarray]:
     """One curve per variant on a shared floor E, least squares on the points' mean losses (columns variant,
-    compute, loss); bounded α in (0, 2], E in [0, least loss). Fitted in x = log C − mean(log C) so the
-    amplitudes stay O(1). Returns the curves and the parameter vector (a start for the bootstrap's refits)."""
+    compute, loss); bounded α in (0, 2], E in [0, least loss) (E = 0 with `zero_floor`). Fitted in
+    x = log C − mean(log C) so the amplitudes stay O(1). Returns the curves and the parameter vector (a start for
+    the bootstrap's refits)."""
     names = list(dict.fromkeys(points["variant"]))
     which = points["variant"].map(names.index).to_numpy()
     log_c = np.log(points["compute"].to_numpy(float))
     centre = log_c.mean()
     x, y, k = log_c - centre, points["loss"].to_numpy(float), len(names)
+    if not y.min() > 0:  # a bootstrap draw of a 2-seed point (t on 1 df) can reach it: that refit is dropped
+        raise RuntimeError("a mean loss at or below 0: no power law with E ≥ 0 fits it")
 
     def model(_, e, *ab):
         a, alpha = np.asarray(ab[:k]), np.asarray(ab[k:])
         return e + np.exp(a[which] - alpha[which] * x)
 
     low = [0.0] + [-np.inf] * k + [ALPHA_BOUNDS[0]] * k
-    high = [y.min() * (1 - 1e-9)] + [np.inf] * k + [ALPHA_BOUNDS[1]] * k
-    starts = [start] if start is not None else [_start(x, y, which, k, f * y.min()) for f in E_STARTS]
+    high = [ZERO_FLOOR if zero_floor else y.min() * (1 - 1e-9)] + [np.inf] * k + [ALPHA_BOUNDS[1]] * k
+    fractions = (0.0,) if zero_floor else E_STARTS
+    starts = [start] if start is not None else [_start(x, y, which, k, f * y.min()) for f in fractions]
     best, best_sse = None, math.inf
     for p0 in starts:
         try:

@@ -127,10 +127,10 @@ def legend(table: Table) -> str:
     m, split = f"{table.margin:g}", table.split
     parts = [
         f"log-ppl: {split} loss in nats/token, mean ± sample std (n completed seeds).",
-        f"Δ: final log-ppl minus the baseline row `{table.baseline}` (negative is better), with a 95% t-interval, "
+        f"Δ: final log-ppl minus {_baseline_text(table)} (negative is better), with a 95% t-interval, "
         "paired by seed when ≥2 seeds are shared (same seed = same data order, and same-shaped models share their "
         "initialisation, so pairing removes that noise), Welch otherwise; the CSV has both.",
-        "p (Holm): two-sided t-test p of Δ = 0, Holm–Bonferroni adjusted over the table's comparisons.",
+        f"p (Holm): two-sided t-test p of Δ = 0, Holm–Bonferroni adjusted over {_family(table)}.",
         f"mark: better / worse when the adjusted p < 0.05; equiv. ±{m}: two one-sided tests (Holm-adjusted p < 0.05) "
         f"put Δ within ±{m} nats; not resolved otherwise — an interval that contains 0 is not agreement.",
     ]
@@ -160,6 +160,25 @@ def legend(table: Table) -> str:
         "throughput depends on what else ran on the machine — `make bench` measures clean cost. —: not recorded.",
     ]
     return " ".join(parts)
+
+
+def _per_size(table: Table) -> bool:
+    return len(set(table.baselines.values()) - {None}) > 1
+
+
+def _baseline_text(table: Table) -> str:
+    if not _per_size(table):
+        return f"the baseline row `{table.baseline}`"
+    size = table.runs.loc[table.runs["label"] == table.baseline, "identity"].iloc[0].get("model.name")
+    variant = table.baseline.removesuffix(f"-{size}")
+    return f"the baseline variant `{variant}` at the row's own size (CSV: baseline_row; a size without it: no Δ)"
+
+
+def _family(table: Table) -> str:
+    if not _per_size(table):
+        return "the table's comparisons"
+    n = int(table.rows["p"].notna().sum())
+    return f"the table's {n} comparisons (every non-baseline row against the baseline at its size, one family)"
 
 
 def to_markdown(table: Table) -> str:

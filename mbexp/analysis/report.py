@@ -13,7 +13,7 @@ import pandas as pd
 
 from mbexp.analysis import example, stats
 from mbexp.analysis.claims import ClaimsError, Comparison, Result, evaluate, load_claims, seed_range, short
-from mbexp.analysis.ladder_render import multiplier_cell
+from mbexp.analysis.ladder_render import ladder_markdown, ladder_trends, readme_ladder_lines
 from mbexp.analysis.render import fmt
 from mbexp.analysis.studies import cost_lines
 from mbexp.analysis.table import build_tables, setting
@@ -187,37 +187,6 @@ def _comparison_record(c: Comparison) -> dict:
             "slow_start": "; ".join(f"{label} {' '.join(map(str, s))}" for label, s in c.slow.items() if s)}
 
 
-def ladder_trends(results_dir) -> list[dict]:
-    """Per ladder (results/tables/<exp>_fit.csv), variant and budget: the compute multiplier vs the baseline at the
-    smallest and the largest size and its trend along the ladder, as `make table` computed them."""
-    import pandas as pd
-
-    found = []
-    for path in sorted(Path(results_dir, "tables").glob("*_fit.csv")):
-        fit = pd.read_csv(path)
-        if "trend" not in fit:
-            continue  # a ladder with too few sizes to fit: its file is one line
-        for (variant, steps), rows in fit[~fit["baseline"].astype(bool)].groupby(["variant", "steps"], sort=False):
-            first, last = rows.iloc[0], rows.iloc[-1]
-            found.append({"experiment": path.stem.removesuffix("_fit"), "variant": variant, "steps": int(steps),
-                          "baseline": fit.loc[fit["baseline"].astype(bool), "variant"].iloc[0],
-                          "from": f"{first['size']}: {multiplier_cell(first)}",
-                          "to": f"{last['size']}: {multiplier_cell(last)}",
-                          "trend": str(last["trend"]),
-                          "crossover": "none" if pd.isna(last["crossover"]) else
-                          f"{last['crossover']:.2g} FLOPs ({last['crossover_where']} the data)"})
-    return found
-
-
-def ladder_markdown(trends: list[dict]) -> str:
-    lines = ["| ladder | variant vs baseline | steps | multiplier, smallest size | multiplier, largest size | "
-             "along the ladder | crossover |", "|:---|:---|---:|---:|---:|:---|:---|"]
-    for t in trends:
-        lines.append(f"| {t['experiment']} | {t['variant']} vs {t['baseline']} | {t['steps']} | {t['from']} | "
-                     f"{t['to']} | **{t['trend']}** | {t['crossover']} |")
-    return "\n".join(lines)
-
-
 def readme_block(results: list[Result], trends: list[dict] = ()) -> str:
     """The README's headline: one line per claim, its verdict, standing and what qualifies it; one per ladder trend."""
     same = {r.standing for r in results}  # one standing for all: said once, in the verdict column's head
@@ -226,10 +195,7 @@ def readme_block(results: list[Result], trends: list[dict] = ()) -> str:
     for r in results:
         verdict = f"**{r.verdict}**" if head != "verdict" else verdict_text(r)
         lines.append(f"| {r.claim.claim} | {read_at(r)} | {verdict} | {', '.join(r.tags) or '—'} |")
-    for t in trends:
-        if t["steps"] == max(u["steps"] for u in trends if u["experiment"] == t["experiment"]):
-            lines.append(f"| compute multiplier of {t['variant']} over {t['baseline']} as the model grows | "
-                         f"{t['experiment']}, train.steps={t['steps']} | **{t['trend']}** | size ladder fit |")
+    lines += readme_ladder_lines(trends)
     exploratory = sum(r.standing == EXPLORATORY for r in results)
     standing = f"All {len(results)} claims are exploratory: their runs were" if exploratory == len(results) else \
         f"{len(results) - exploratory} confirmatory, {exploratory} exploratory: runs"

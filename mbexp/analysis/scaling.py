@@ -57,6 +57,7 @@ class Ladder:
     held_out_message: str = ""  # why there is no held-out check
     held_out_curves: dict = field(default_factory=dict)  # (variant, budget) -> the curve refit without the largest
     resamples: int = RESAMPLES
+    panel: pd.DataFrame | None = None  # the robustness panel: per variant, budget and form, the multiplier's trend
 
 
 def is_ladder(table: Table) -> bool:
@@ -117,9 +118,10 @@ RESULTS = ("fitted", "residual", "multiplier", "multiplier_low", "multiplier_hig
            "prediction_error")
 
 
-def analyse(table: Table, resamples: int = RESAMPLES) -> Ladder | None:
-    """The ladder's curves (per budget, docs/table.md), multipliers with their bootstrap intervals, crossovers and
-    held-out check; None when the experiment is not a ladder."""
+def analyse(table: Table, resamples: int = RESAMPLES, panel: bool = True) -> Ladder | None:
+    """The ladder's curves (per budget, docs/table.md), multipliers with their bootstrap intervals, lack-of-fit
+    tests, the robustness panel (unless `panel` is False), crossovers and held-out check; None when the experiment
+    is not a ladder."""
     if not is_ladder(table):
         return None
     points, baseline = ladder_points(table)
@@ -140,10 +142,11 @@ def analyse(table: Table, resamples: int = RESAMPLES) -> Ladder | None:
         return ladder
     ladder.skipped = reasons
     points[list(RESULTS)] = math.nan
-    rows = []
+    rows, panels = [], []
     for b, idx in groups.items():
-        rows += _fit_budget(points, idx, baseline, b, resamples)
+        rows += _fit_budget(points, idx, baseline, b, resamples, panels if panel else None)
     ladder.curves = pd.DataFrame(rows)
+    ladder.panel = pd.concat(panels, ignore_index=True) if panels else None
     _held_out(ladder, groups)
     _round(ladder)
     return ladder
@@ -152,7 +155,9 @@ def analyse(table: Table, resamples: int = RESAMPLES) -> Ladder | None:
 NATS = ("loss", "std", "fitted", "residual", "predicted", "prediction_error", "E", "rms", "noise")
 NAT_DECIMALS = 4  # losses and their differences, in nats
 SIGNIFICANT = 3  # every other fitted or bootstrapped number
-SHOWN = f".{SIGNIFICANT}g"  # as the markdown shows them
+SHOWN = f".{SIGNIFICANT}g"
+SIGNIFICANT_COLUMNS = ("alpha", "A", "crossover", "trend_ratio", "trend_low", "trend_high", "lof_F", "lof_p",
+                       "fit_lof_F", "fit_lof_p", "fit_free_slope", "fit_free_p")  # as the markdown shows them
 
 
 def significant(value: float, digits: int = SIGNIFICANT) -> float:
@@ -167,8 +172,11 @@ def _round(ladder: Ladder) -> None:
         for column in frame.columns:
             if column in NATS:
                 frame[column] = frame[column].astype(float).round(NAT_DECIMALS)
-            elif column in (*RESULTS[2:5], "alpha", "A", "crossover", "trend_ratio", "trend_low", "trend_high"):
+            elif column in (*RESULTS[2:5], *SIGNIFICANT_COLUMNS):
                 frame[column] = [significant(float(v)) for v in frame[column]]
+    if ladder.panel is not None:
+        for column in ("ratio", "low", "high"):
+            ladder.panel[column] = [significant(float(v)) for v in ladder.panel[column]]
     ladder.held_out_curves = {key: Curve(round(c.E, NAT_DECIMALS), math.log(significant(c.A)),
                                          significant(c.alpha)) for key, c in ladder.held_out_curves.items()}
 
@@ -177,8 +185,12 @@ def _budget_text(budget) -> str:
     return "pooled over budgets" if budget == "all" else f"{budget} steps"
 
 
-def _fit_budget(points: pd.DataFrame, idx: pd.Index, baseline: str, budget, resamples: int) -> list[dict]:
-    """Fit one budget's curves; write the points' fitted loss, multiplier and interval; its curves' rows."""
+def _fit_budget(points: pd.DataFrame, idx: pd.Index, baseline: str, budget, resamples: int,
+                panels: list | None = None) -> list[dict]:
+    """Fit one budget's curves; write the points' fitted loss, multiplier and interval; its curves' rows (with the
+    lack-of-fit test, and the robustness panel's verdict, its rows appended to `panels`)."""
+    from mbexp.analysis import ladder_checks
+
     group = points.loc[idx]
     curves, params = fit(group)
     points.loc[idx, "fitted"] = [float(curves[v].loss(c)) for v, c in zip(group["variant"], group["compute"])]
@@ -188,8 +200,8 @@ def _fit_budget(points: pd.DataFrame, idx: pd.Index, baseline: str, budget, resa
     if base is not None:
         points.loc[idx, "multiplier"] = [multiplier(base, curves[v], c)
                                          for v, c in zip(group["variant"], group["compute"])]
-        draws = _bootstrap(group, baseline, params, resamples)
-        points.loc[idx, "multiplier_low"], points.loc[idx, "multiplier_high"] = _interval(draws)
+        draws = bootstrap(group, baseline, params, resamples)
+        points.loc[idx, "multiplier_low"], points.loc[idx, "multiplier_high"] = interval(draws)
         own = idx[(group["variant"] == baseline).to_numpy()]
         points.loc[own, ["multiplier", "multiplier_low", "multiplier_high"]] = math.nan
     group = points.loc[idx]
@@ -202,27 +214,30 @@ def _fit_budget(points: pd.DataFrame, idx: pd.Index, baseline: str, budget, resa
             extra = {"crossover": math.nan, "crossover_where": "no baseline", "trend": "no baseline"}
         else:
             cross, where = crossover(base, curve, group["compute"].min(), group["compute"].max())
-            extra = {"crossover": cross, "crossover_where": where, **_trend(group, mine, draws)}
+            extra = {"crossover": cross, "crossover_where": where, **trend_of(group, mine, draws)}
+        own, whole = ladder_checks.lack_of_fit(mine, 2), ladder_checks.lack_of_fit(group, 2 * len(curves) + 1)
         rows.append({"variant": name, "budget": budget, "alpha": curve.alpha, "E": curve.E, "A": curve.A,
                      "rms": float(np.sqrt(np.mean(mine["residual"] ** 2))), "noise": _noise(group),
-                     "points": len(mine), **extra})
+                     "points": len(mine), **{f"lof_{k}": v for k, v in own.items()},
+                     **{f"fit_lof_{k}": v for k, v in whole.items()}, **extra})
+    if base is not None:
+        ladder_checks.read_trends(points, group, rows, baseline, budget, resamples, panels)
     return rows
 
 
-def _bootstrap(points: pd.DataFrame, baseline: str, params: np.ndarray, resamples: int) -> np.ndarray:
-    """Each point's multiplier (a column) over refits (rows) to resampled means: a point with n seeds gets the
-    mean of n seed deviations drawn with replacement from the pool of every point's deviations from its own mean
-    (each scaled by sqrt(n_i / (n_i - 1)), so the pool's variance is the seed variance), added to its mean. The
-    pool lends a 3-seed point the noise estimate of the whole ladder, where its own 3 seeds would make the
-    interval about twice too narrow (t with 2 degrees of freedom against the normal)."""
+def bootstrap(points: pd.DataFrame, baseline: str, params, resamples: int, fitter=None) -> np.ndarray:
+    """Each point's multiplier (a column) over refits (rows) to resampled means (`resampled_means`: each point from
+    its own seeds). `fitter(points, start)` gives the curves (default: the shared-floor fit from `params`); a draw
+    whose refit fails stays NaN."""
+    fitter = fitter or (lambda p, start: fit(p, start=start)[0])
     rng = np.random.default_rng(RNG_SEED)
     draws = np.full((resamples, len(points)), math.nan)
     losses = [s.to_numpy() for s in points["losses"]]
-    pool = seed_deviations(points)
-    for b in range(resamples if len(pool) else 0):  # one seed everywhere: no noise estimate, no interval
-        means = resampled_means(losses, pool, rng)
+    spread = any(len(s) > 1 for s in losses)
+    for b in range(resamples if spread else 0):  # one seed everywhere: no noise estimate, no interval
+        means = resampled_means(losses, rng)
         try:
-            curves, _ = fit(points.assign(loss=means), start=params)
+            curves = fitter(points.assign(loss=means), params)
         except RuntimeError:
             continue
         base = curves[baseline]
@@ -230,9 +245,19 @@ def _bootstrap(points: pd.DataFrame, baseline: str, params: np.ndarray, resample
     return draws
 
 
-def resampled_means(losses: list, pool: np.ndarray, rng: np.random.Generator) -> list[float]:
-    """One bootstrap draw of each point's mean: its mean plus the mean of n deviations drawn from the pool."""
-    return [s.mean() + rng.choice(pool, len(s)).mean() for s in losses]
+def resampled_means(losses: list, rng: np.random.Generator) -> list[float]:
+    """One bootstrap draw of each point's mean from its own seeds: the mean plus s/√n times a Student t draw with
+    n − 1 df (z / √(χ²/(n−1)) from n normals: a mean whose s.d. is estimated from its n seeds); one seed: the mean."""
+    out = []
+    for s in losses:
+        n = len(s)
+        if n < 2:
+            out.append(float(s.mean()))
+            continue
+        z = rng.standard_normal(n)
+        t = z[0] / math.sqrt(float(np.sum(z[1:] ** 2)) / (n - 1))
+        out.append(float(s.mean() + s.std(ddof=1) / math.sqrt(n) * t))
+    return out
 
 
 def seed_deviations(points: pd.DataFrame) -> np.ndarray:
@@ -248,7 +273,7 @@ def _noise(points: pd.DataFrame) -> float:
     return float(np.sqrt(np.mean(pool**2) / points["n"].mean())) if len(pool) else math.nan
 
 
-def _interval(draws: np.ndarray) -> tuple:
+def interval(draws: np.ndarray) -> tuple:
     """The LEVEL percentile interval of each column (NaN where no refit converged)."""
     tail = (1 - LEVEL) / 2 * 100
     with warnings.catch_warnings():
@@ -256,7 +281,7 @@ def _interval(draws: np.ndarray) -> tuple:
         return tuple(np.nanpercentile(draws, [tail, 100 - tail], axis=0))
 
 
-def _trend(group: pd.DataFrame, mine: pd.DataFrame, draws: np.ndarray) -> dict:
+def trend_of(group: pd.DataFrame, mine: pd.DataFrame, draws: np.ndarray) -> dict:
     """How a variant's multiplier moves from its smallest to its largest size, at its largest budget: the ratio
     m(largest) / m(smallest) with its bootstrap interval (the same refits; draws' columns follow `group`'s rows),
     read by `trend`."""
@@ -265,7 +290,8 @@ def _trend(group: pd.DataFrame, mine: pd.DataFrame, draws: np.ndarray) -> dict:
     if first == last:
         return {"trend": "one size"}
     cols = [group.index.get_loc(first), group.index.get_loc(last)]
-    low, high = _interval(draws[:, [cols[1]]] / draws[:, [cols[0]]])
+    with np.errstate(invalid="ignore", divide="ignore"):  # ∞ / ∞ (both below the floor): NaN, left out
+        low, high = interval(draws[:, [cols[1]]] / draws[:, [cols[0]]])
     m = group["multiplier"]
     ends = [(m[i], group.at[i, "multiplier_low"], group.at[i, "multiplier_high"]) for i in (first, last)]
     ratio = (m[last] / m[first], low[0], high[0])

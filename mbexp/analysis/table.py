@@ -1,5 +1,6 @@
 """One experiment's runs reduced to its table (docs/table.md): rows, the tuned key, the column axis, Δ and marks."""
 
+import json
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ class Table:
     reference: object = None  # the column value where Δ and the marks are computed
     tuned: str | None = None
     baseline: str = ""
+    baselines: dict = field(default_factory=dict)  # label -> its own baseline row (a ladder: the same size), or None
     seed_deltas: dict = field(default_factory=dict)  # label -> per-seed Δ vs the baseline (Series by seed)
     notes: list = field(default_factory=list)  # lines under the table: precision, device or compile mixed
 
@@ -284,14 +286,33 @@ def seed_text(deltas: pd.Series) -> str:
     return " ".join(f"{seed}:{value:+.4f}" for seed, value in deltas.items())
 
 
+def own_baselines(table: Table, base: str) -> dict[str, str | None]:
+    """Each row's baseline: the row `base`; in a ladder (rows differing in size, scaling.SIZE_KEYS) the baseline
+    variant's row at the row's own size, None where that size has none."""
+    from mbexp.analysis.scaling import SIZE_KEYS, is_ladder
+
+    if not is_ladder(table):
+        return dict.fromkeys(table.rows["label"], base)
+    drop = {*SIZE_KEYS, table.column, table.tuned}
+    keys = {}
+    for label, group in table.runs.groupby("label", sort=False):
+        identity = group["identity"].iloc[0]
+        keys[label] = (json.dumps({k: v for k, v in identity.items() if k not in drop}, sort_keys=True),
+                       tuple(json.dumps(identity.get(k)) for k in SIZE_KEYS))
+    of_key = {key: label for label, key in keys.items()}
+    return {label: of_key.get((keys[base][0], keys[label][1])) for label in table.rows["label"]}
+
+
 def _compare(table: Table, baseline: str | None) -> None:
-    """Δ vs the baseline (paired and Welch), Holm-adjusted p and TOST p over the table's comparisons, marks."""
+    """Δ vs each row's baseline (paired and Welch), Holm-adjusted p and TOST p over the table's comparisons, marks."""
     rows = table.rows
     base = pick_baseline(rows, baseline)
     table.baseline = rows.at[base, "label"]
-    base_losses = rows.at[base, "_losses"]
+    table.baselines = own_baselines(table, table.baseline)
+    losses_of = dict(zip(rows["label"], rows["_losses"]))
     found = []
     for label, losses in zip(rows["label"], rows["_losses"]):
+        base_losses = losses_of[table.baselines[label] or label]  # no baseline at its size: NaN below
         both = {"paired": stats.paired(losses, base_losses), "welch": stats.welch(losses, base_losses)}
         chosen = both["paired"] if both["paired"].method == "paired" else both["welch"]
         narrow = stats.compare(losses, base_losses, level=0.90)
@@ -307,15 +328,21 @@ def _compare(table: Table, baseline: str | None) -> None:
             if chosen.method == "paired" else math.nan,
         })
     delta = pd.DataFrame(found, index=rows.index)
-    delta.loc[base] = math.nan
-    delta.loc[base, ["ci_method", "seed_deltas"]] = ["baseline", ""]
-    table.seed_deltas.pop(table.baseline, None)
+    own = rows["label"].map(table.baselines)
+    is_base, orphan = (own == rows["label"]).to_numpy(), own.isna().to_numpy()
+    delta.loc[is_base | orphan] = math.nan
+    delta.loc[is_base, ["ci_method", "seed_deltas"]] = ["baseline", ""]
+    delta.loc[orphan, ["ci_method", "seed_deltas"]] = ["no baseline", ""]
+    for label in rows["label"][is_base | orphan]:
+        table.seed_deltas.pop(label, None)
     delta["p_holm"] = stats.holm(delta["p"])
     delta["tost_p_holm"] = stats.holm(delta["tost_p"])
     delta["mark"] = [stats.mark(d, p, t) for d, p, t in zip(delta["delta"], delta["p_holm"], delta["tost_p_holm"])]
-    delta.loc[base, "mark"] = "baseline"
+    delta.loc[is_base, "mark"] = "baseline"
     rows = pd.concat([rows.drop(columns="_losses"), delta], axis=1)
-    rows["baseline"] = rows.index == base
+    rows["baseline"] = is_base
+    if own.nunique() > 1:
+        rows.insert(rows.columns.get_loc("baseline") + 1, "baseline_row", own.fillna(""))
     rows["split"] = table.split
     rows["column"] = table.column
     rows["reference"] = table.reference

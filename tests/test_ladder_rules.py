@@ -1,0 +1,79 @@
+"""A ladder's per-size rules (docs/table.md, "Ladders"), each against an independent value: scipy, by hand."""
+
+import json
+import math
+import shutil
+
+import pandas as pd
+import pytest
+from scipy import stats as scipy_stats
+from test_scaling import curve, write_ladder
+from test_table_rules import holm_by_hand
+
+from mbexp.analysis import ladder_checks, powerlaw, table
+
+
+def losses(results, ffn: str, size: str, steps: int = 600) -> list[float]:
+    runs = sorted((results / "runs" / "synth" / f"{ffn}-{size}-{steps}").glob("seed=*"))
+    return [json.loads((r / "summary.json").read_text())["final_test_loss"] for r in runs]
+
+
+def test_each_rung_is_compared_with_the_baseline_at_its_own_size(tmp_path):
+    write_ladder(tmp_path, {"relu": curve(0.3, 4.3), "swiglu": curve(0.36, 4.2)}, noise=0.02)
+    rows = table.build_tables(tmp_path)["synth"].rows.set_index("label")
+    sizes = ["ladder64", "ladder96", "ladder128", "ladder160"]
+    ps = []
+    for size in sizes:
+        mine, base = losses(tmp_path, "swiglu", size), losses(tmp_path, "relu", size)
+        row = rows.loc[f"layer-pre-swiglu-matched-{size}"]
+        assert row["baseline_row"] == f"layer-pre-relu-matched-{size}"
+        assert row["delta"] == pytest.approx(sum(m - b for m, b in zip(mine, base)) / 3, abs=1e-12)
+        assert row["p"] == pytest.approx(scipy_stats.ttest_rel(mine, base).pvalue, rel=1e-9)
+        ps.append(row["p"])
+        assert rows.loc[f"layer-pre-relu-matched-{size}", "mark"] == "baseline"
+    assert list(rows.loc[[f"layer-pre-swiglu-matched-{s}" for s in sizes], "p_holm"]) == \
+        pytest.approx(holm_by_hand(ps), rel=1e-9)  # one family: the table's four comparisons
+
+
+def test_a_size_without_the_baseline_has_no_delta(tmp_path):
+    write_ladder(tmp_path, {"relu": curve(0.3, 4.3), "swiglu": curve(0.36, 4.2)}, noise=0.02)
+    for steps in (200, 600):
+        shutil.rmtree(tmp_path / "runs" / "synth" / f"relu-ladder160-{steps}")
+    rows = table.build_tables(tmp_path)["synth"].rows.set_index("label")
+    orphan = rows.loc["layer-pre-swiglu-matched-ladder160"]
+    assert orphan["ci_method"] == "no baseline" and orphan["baseline_row"] == "" and orphan["delta"] != orphan["delta"]
+    assert rows["p_holm"].notna().sum() == 3
+
+
+def test_a_table_of_one_size_keeps_one_baseline(tmp_path):
+    write_ladder(tmp_path, {"relu": curve(0.3, 4.3), "swiglu": curve(0.36, 4.2)}, sizes={"ladder64": 1e6})
+    built = table.build_tables(tmp_path)["synth"]
+    assert "baseline_row" not in built.rows
+    assert set(built.baselines.values()) == {"layer-pre-relu-matched-ladder64"}
+
+
+def test_lack_of_fit_is_the_f_test_of_the_residuals_against_the_pooled_seed_variance():
+    """Two points of 3 seeds, one parameter: residual MS = 3·(0.1² + 0.2²)/1 = 0.15; within = (2 + 0.5)/4 = 0.625;
+    F = 0.24 on (1, 4) df."""
+    points = pd.DataFrame({"losses": [pd.Series([4.0, 5.0, 6.0]), pd.Series([5.0, 5.5, 6.0])], "n": [3, 3],
+                           "residual": [0.1, -0.2]})
+    got = ladder_checks.lack_of_fit(points, 1)
+    assert got["F"] == pytest.approx(0.24, rel=1e-12) and (got["df1"], got["df2"]) == (1, 4)
+    assert got["p"] == pytest.approx(scipy_stats.f.sf(0.24, 1, 4), rel=1e-12)
+    assert math.isnan(ladder_checks.lack_of_fit(points, 2)["p"])  # no residual df
+
+
+def test_the_panel_says_rises_or_falls_only_when_every_form_agrees():
+    verdict = ladder_checks.verdict
+    assert verdict(["rises", "rises", "crosses 1 upward"]) == "rises"
+    assert verdict(["falls", "crosses 1 downward"]) == "falls"
+    assert verdict(["rises", "not resolved", "rises"]) == "form-dependent"
+    assert verdict(["rises", "falls"]) == "form-dependent"
+    assert verdict(["not resolved", "not resolved"]) == "not resolved"
+
+
+def test_a_draw_with_a_loss_at_or_below_zero_is_no_fit():
+    """A 2-seed point's bootstrap draw (t on 1 df) can fall below 0: the refit raises, and the bootstrap drops it."""
+    points = pd.DataFrame({"variant": ["a"] * 3, "compute": [1e12, 2e12, 4e12], "loss": [5.0, 4.0, -0.1]})
+    with pytest.raises(RuntimeError, match="at or below 0"):
+        powerlaw.fit(points)
