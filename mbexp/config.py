@@ -10,14 +10,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-LOGGERS = ("wandb", "none")
-DEVICES = ("auto", "cpu", "cuda")
-PRECISIONS = ("auto", "fp32", "bf16")
-COMPILE = ("auto", "true", "false")
-
-
-class ConfigError(ValueError):
-    """A config value that cannot work; the message names the key and the valid choices."""
+from mbexp.validate import COMPILE, DEVICES, LOGGERS, PRECISIONS, ConfigError, validate  # noqa: F401 - re-exported
 
 
 @dataclass
@@ -173,8 +166,6 @@ def to_object(cfg: DictConfig | Config) -> Config:
         if OmegaConf.select(cfg, "data.fingerprint") is not None:
             raise ConfigError("data.fingerprint is computed from the corpus content when a run starts; leave it out")
         cfg = OmegaConf.to_object(OmegaConf.merge(_schema(), cfg))
-    from mbexp.validate import validate  # the rules import this module's schema
-
     return validate(cfg)
 
 

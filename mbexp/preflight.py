@@ -172,6 +172,8 @@ def _split(lists: dict[str, list[str]], bad: set[tuple[str, ...]]) -> list[dict[
 
 def check_environment(configs: list[Config], args: list[str]) -> None:
     """What the environment, the launcher and the file system must allow for these configs."""
+    if any(a.startswith("-") and a != "--multirun" for a in args):
+        return  # Hydra's own flags (--cfg job, --info, ...) print and launch nothing
     if (mode := os.environ.get("WANDB_MODE")) is not None and mode not in WANDB_MODES and any(
             c.logger.name == "wandb" for c in configs):
         raise ConfigError(f"WANDB_MODE={mode!r} (environment) is not valid; choose one of: {', '.join(WANDB_MODES)}")

@@ -7,11 +7,20 @@ from dataclasses import fields, is_dataclass
 from typing import Any
 
 from mbexp import names
-from mbexp.config import COMPILE, DEVICES, LOGGERS, PRECISIONS, Config, ConfigError, ModelConfig, NormConfig
 from mbexp.corpus import CORPORA
 from mbexp.logger import WANDB_MODES
 from mbexp.names import FFNS, GELU_FFNS, GELUS, HIDDEN_RULES, NORMS, PLACEMENTS, POSITIONS, QK_NORMS
 from mbexp.schedule import SCHEDULES, wsd_problem
+
+LOGGERS = ("wandb", "none")
+DEVICES = ("auto", "cpu", "cuda")
+PRECISIONS = ("auto", "fp32", "bf16")
+COMPILE = ("auto", "true", "false")
+
+
+class ConfigError(ValueError):
+    """A config value that cannot work; the message names the key and the valid choices."""
+
 
 # an experiment name is one folder under results/runs/ and the stem of its table files
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -44,7 +53,7 @@ def _floats(node, prefix: str = ""):
             yield from ((f"{prefix}{f.name}", v) for v in value if isinstance(v, float))
 
 
-def validate(cfg: Config) -> Config:
+def validate(cfg) -> object:
     """Raise ConfigError naming the key (and the valid choices) for any impossible value."""
     for key, value in _floats(cfg):  # nan compares false with every bound below: reject it first
         if not math.isfinite(value):
@@ -92,7 +101,7 @@ def validate(cfg: Config) -> Config:
     return cfg
 
 
-def _check_data(cfg: Config) -> None:
+def _check_data(cfg) -> None:
     d = cfg.data
     if d.max_docs is not None and d.max_docs < 1:
         raise ConfigError(f"data.max_docs={d.max_docs} must be >= 1, or null for every document")
@@ -105,7 +114,7 @@ def _check_data(cfg: Config) -> None:
         raise ConfigError("data=text needs data.path=<file, folder or glob>")
 
 
-def _check_optim(cfg: Config) -> None:
+def _check_optim(cfg) -> None:
     o = cfg.optim
     _above("optim.lr", o.lr, 0)
     for key, value in [("optim.warmup_steps", o.warmup_steps), ("optim.weight_decay", o.weight_decay),
@@ -118,7 +127,7 @@ def _check_optim(cfg: Config) -> None:
         raise ConfigError(f"optim.betas={list(o.betas)} must be two numbers in [0, 1), e.g. [0.9,0.95]")
 
 
-def _check_model_options(cfg: Config) -> None:
+def _check_model_options(cfg) -> None:
     """The model sizes and the model options that depend on one another (docs/model.md)."""
     m = cfg.model
     for key, value, low in [("model.d_model", m.d_model, 1), ("model.n_heads", m.n_heads, 1),
@@ -134,9 +143,9 @@ def _check_model_options(cfg: Config) -> None:
                           f"choose one of: {', '.join(map(str, divisors))}")
     if m.pos == "sinusoidal" and m.d_model % 2:
         raise ConfigError("model.pos=sinusoidal needs an even model.d_model")
-    if m.rope_base != ModelConfig.rope_base and m.pos != "rope":
+    if m.rope_base != type(m).rope_base and m.pos != "rope":
         raise ConfigError(f"model.rope_base={m.rope_base} applies only to model.pos=rope; with model.pos={m.pos} "
-                          f"leave it at {ModelConfig.rope_base}")
+                          f"leave it at {type(m).rope_base}")
     if m.rope_base <= 1:
         raise ConfigError(f"model.rope_base={m.rope_base} must be > 1")
     if cfg.ffn.gelu != "exact" and cfg.ffn.name not in GELU_FFNS:
@@ -144,6 +153,6 @@ def _check_model_options(cfg: Config) -> None:
                           f"with ffn={cfg.ffn.name} leave ffn.gelu=exact")
     _above("norm.eps", cfg.norm.eps, 0)
     options = {key: getattr(cfg.norm, key) for key in ("eps", "bias", "alpha_init")}
-    defaults = {key: getattr(NormConfig, key) for key in options}
+    defaults = {key: getattr(type(cfg.norm), key) for key in options}
     if message := names.misapplied_norm_option(cfg.norm.name, options, defaults):
         raise ConfigError(message)

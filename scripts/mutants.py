@@ -105,7 +105,7 @@ MUTANTS = [
     # ladders
     Mutant("crossover_sign", "mbexp/analysis/powerlaw.py", "/ (curve.alpha - base.alpha)",
            "/ (base.alpha - curve.alpha)", SCALING),
-    Mutant("trend_ratio_inverted", "mbexp/analysis/scaling.py", "ratio = (m[last] / m[first],",
+    Mutant("trend_ratio_inverted", "mbexp/analysis/ladder_draws.py", "ratio = (m[last] / m[first],",
            "ratio = (m[first] / m[last],", (T + "test_scaling_rules.py",)),
 ]
 

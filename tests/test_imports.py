@@ -58,7 +58,7 @@ def test_mbexp_imports_run_one_way():
     assert find_circle(graph) is None, " -> ".join(find_circle(graph))
     # the model is a subpackage that the config feeds and that never reads the config
     assert {"mbexp.model.norms", "mbexp.model.ffn", "mbexp.model.attention"} <= graph["mbexp.model.decoder"]
-    assert "mbexp.names" in graph["mbexp.config"] and "mbexp.names" in graph["mbexp.model.norms"]
+    assert "mbexp.names" in graph["mbexp.validate"] and "mbexp.names" in graph["mbexp.model.norms"]
     assert not any(target == "mbexp.config" for m in graph if m.startswith("mbexp.model") for target in graph[m])
 
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-from mbexp import config, corpus, io, schedule
+from mbexp import config, corpus, io, schedule, validate
 from mbexp.config import compose_config, to_object
 
 REPO = Path(__file__).resolve().parent.parent
@@ -31,7 +31,7 @@ def test_hydra_output_dirs_follow_results_dir():
 
 
 def test_registries_are_imported_from_their_dispatch():
-    assert config.SCHEDULES is schedule.SCHEDULES and config.CORPORA is corpus.CORPORA
+    assert validate.SCHEDULES is schedule.SCHEDULES and validate.CORPORA is corpus.CORPORA
     assert {p.stem for p in (REPO / "conf" / "data").glob("*.yaml")} == set(corpus.CORPORA)
     for name in corpus.CORPORA:
         assert yaml.safe_load((REPO / "conf" / "data" / f"{name}.yaml").read_text())["name"] == name

@@ -72,7 +72,9 @@ def test_the_study_command_scans_chooses_and_runs_the_planned_seeds(tmp_path, ca
     chosen = {ffn: min(v)[1] for ffn, v in best.items()}
     assert {(s["axes"]["ffn"], s["identity"]["optim.lr"]) for s in planned} == set(chosen.items())
 
-    table = build_tables(results)["smoke"]
+    tables = build_tables(results)
+    studies.annotate(tables, results)
+    table = tables["smoke"]
     rows = table.rows.set_index("label")
     assert rows.loc["layer-pre-relu-matched", "lr_chosen"] == chosen["relu"]
     assert set(rows["lr_edge"]) <= {"low", "high"} and rows["lr_own"].all()  # a two-value grid: always an edge

@@ -11,6 +11,7 @@ import pytest
 from test_exit_codes import SHORT, error_lines
 from tiny import REPO, clean, mbexp_train, overrides, summaries
 
+from mbexp import preflight
 from mbexp import train as cli
 from mbexp.config import ConfigError, compose_config, to_object
 from mbexp.runs import RunLock, run_dir
@@ -22,16 +23,16 @@ RATES = ",".join(f"{k}e-4" for k in range(1, 13))  # 2 x 2 x 12 seeds x 12 rates
 
 
 def test_a_sweep_over_512_combinations_checks_each_value_beside_the_others_first():
-    assert cli.MAX_COMBINATIONS == 512
+    assert preflight.MAX_COMBINATIONS == 512
     # n_heads=3 is impossible only beside d_model=32, the second d_model: checked beside the first, 48, it passes
     args = ["model.d_model=48,32", "model.n_heads=2,3", f"seed={SEEDS}", f"optim.lr={RATES}"]
-    configs = cli.check_config(args)
+    configs = cli.preflight(args, skip=False)
     assert len(configs) == 1 + 2 + 2 + 12 + 12  # the base, then each value of each list beside the others' first
     assert {(c.model.d_model, c.model.n_heads) for c in configs[1:]} == {(32, 2), (48, 2), (48, 3)}
     with pytest.raises(ConfigError, match="model.d_model=32 is not divisible by model.n_heads=3"):
-        cli.check_config(args[:2])  # 4 combinations: each checked as it will run
+        cli.preflight(args[:2], skip=False)  # 4 combinations: each checked as it will run
     with pytest.raises(ConfigError, match="train.steps"):
-        cli.check_config([*args, "train.steps=30,0"])  # a value bad on its own still stops the large sweep
+        cli.preflight([*args, "train.steps=30,0"], skip=False)  # a value bad on its own still stops the large sweep
 
 
 def sweep(tmp, cache, launcher: str, *extra: str) -> list[str]:

@@ -2,69 +2,28 @@
 claim, read on the planned seeds within the declared conditions, confirmatory or exploratory (docs/table.md)."""
 
 import math
-from dataclasses import dataclass, field
 
 import pandas as pd
 
 from mbexp.analysis import stats
+from mbexp.analysis.ladder_claims import ladder_trend
 from mbexp.analysis.table import SENSITIVITY_AXES, Table, cell_runs, losses_at, setting, slow_start_seeds
+from mbexp.analysis.verdicts import Comparison, Result, outcome, seed_range, verdict
 from mbexp.declarations import (
-    AGREES,
-    BETTER,
     CONFIRMATORY,
-    CONTRADICTS,
-    DISAGREES,
     EQUIVALENT,
     EXPLORATORY,
     NOT_AS_DECLARED,
-    NOT_RESOLVED,
     NOT_TESTED,
-    OPEN,
-    SUPPORTS,
-    UNRESOLVED,
     UNTESTED,
-    WORSE,
     Claim,
     ClaimsError,
     load_claims,
     parse_claim,
 )
 
-__all__ = ["Claim", "ClaimsError", "load_claims", "parse_claim", "evaluate", "evaluate_file", "family"]
-
-
-@dataclass
-class Comparison:
-    """One member of a claim's family, tested."""
-
-    row: str
-    baseline: str | None
-    interval: stats.Interval
-    interval90: stats.Interval
-    deltas: pd.Series  # per-seed Δ (paired) by seed
-    n: int
-    p_holm: float = math.nan
-    tost_holm: float = math.nan
-    beyond_holm: float = math.nan  # two-sided test of H0 |Δ| ≤ margin (stats.beyond_margin)
-    mark: str = UNRESOLVED
-    outcome: str = UNTESTED
-    seeds_needed: float = math.nan
-    slow: dict = field(default_factory=dict)  # label -> slow-start seeds
-
-
-@dataclass
-class Result:
-    claim: Claim
-    comparisons: list  # on the planned seeds: they decide the verdict
-    verdict: str
-    standing: str  # confirmatory: every run read was launched under the claim's current digest
-    present: dict  # label -> seeds present
-    qualifiers: list
-    tags: list = field(default_factory=list)  # the qualifiers in a word or two each, for the README's headline
-    unmet: list = field(default_factory=list)  # the declared conditions the runs do not meet, in words
-    added: list = field(default_factory=list)  # the same comparisons on every seed present, when beyond the plan
-    runs_read: int = 0
-    runs_declared: int = 0  # of runs_read, those that recorded the claim's current digest at launch
+__all__ = ["Claim", "ClaimsError", "Comparison", "Result", "load_claims", "parse_claim", "evaluate", "evaluate_file",
+           "family", "outcome", "verdict", "seed_range"]
 
 
 def evaluate(claims: list[Claim], tables: dict[str, Table]) -> list[Result]:
@@ -82,8 +41,6 @@ def evaluate_claim(claim: Claim, table: Table | None) -> Result:
     """The claim's family tested on the planned seeds (and, apart, on every seed present), its conditions checked,
     its standing read from the runs' recorded declarations."""
     if claim.statistic == "trend":  # a ladder's fit-free trend: its own module
-        from mbexp.analysis.ladder_claims import ladder_trend
-
         return ladder_trend(claim, table)
     labels = sorted({label for pair in claim.pairs for label in pair if label})
     if table is None:
@@ -197,42 +154,6 @@ def family(claim: Claim, table: Table, value, seeds=None) -> list[Comparison]:
         c.seeds_needed = stats.seeds_needed(effect, c.deltas.std(ddof=1)) if c.interval.method == "paired" \
             else math.nan
     return out
-
-
-def outcome(claim: Claim, c: Comparison) -> str:
-    """What one comparison's mark says about the hypothesis (an ordering pair reads as `better`); a sensitivity
-    claim of better/worse needs the sensitivity resolved beyond its margin, and is contradicted within it."""
-    if math.isnan(c.interval.p) or math.isnan(c.interval.low):
-        return UNTESTED
-    if claim.hypothesis == "equivalent":
-        return SUPPORTS if c.mark == EQUIVALENT else CONTRADICTS if c.beyond_holm < stats.ALPHA else OPEN
-    want = WORSE if claim.hypothesis == "worse" else BETTER
-    if claim.statistic == "sensitivity":
-        if c.beyond_holm < stats.ALPHA:
-            return SUPPORTS if (WORSE if c.interval.delta > 0 else BETTER) == want else CONTRADICTS
-        return CONTRADICTS if c.mark == EQUIVALENT else OPEN
-    return SUPPORTS if c.mark == want else CONTRADICTS if c.mark in (BETTER, WORSE) else OPEN
-
-
-def verdict(comparisons: list[Comparison]) -> str:
-    """agrees: every comparison supports; disagrees: any contradicts; not tested: none could be tested."""
-    outcomes = [c.outcome for c in comparisons]
-    if not outcomes or all(o == UNTESTED for o in outcomes):
-        return NOT_TESTED
-    if CONTRADICTS in outcomes:
-        return DISAGREES
-    return AGREES if all(o == SUPPORTS for o in outcomes) else NOT_RESOLVED
-
-
-def seed_range(seeds) -> str:
-    """[0, 1, 2, 4] -> '0–2, 4'."""
-    seeds, parts = sorted(seeds), []
-    for s in seeds:
-        if parts and s == parts[-1][1] + 1:
-            parts[-1][1] = s
-        else:
-            parts.append([s, s])
-    return ", ".join(f"{a}" if a == b else f"{a}–{b}" if b > a + 1 else f"{a}, {b}" for a, b in parts) or "none"
 
 
 def qualifiers(claim: Claim, table: Table, cells: dict, present: dict, comparisons: list,

@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
-from mbexp.analysis import scaling
-from mbexp.analysis.powerlaw import fit
+from mbexp.analysis import ladder_draws
+from mbexp.analysis.powerlaw import fit, multiplier
 
 FORMS = ("shared floor", "separate floors", "E = 0")  # then one "without <size>" per size
 AGREE = ("rises", "falls")  # the verdicts a panel can agree on
@@ -51,14 +51,14 @@ def form_trends(points: pd.DataFrame, baseline: str, fitter, resamples: int) -> 
     bootstrap's refits start from the fit to the means."""
     curves, params = fitter(points)
     base = curves[baseline]
-    points = points.assign(multiplier=[scaling.multiplier(base, curves[v], c)
+    points = points.assign(multiplier=[multiplier(base, curves[v], c)
                                        for v, c in zip(points["variant"], points["compute"])])
-    draws = scaling.bootstrap(points, baseline, params, resamples, lambda p, start: fitter(p, start)[0])
-    points["multiplier_low"], points["multiplier_high"] = scaling.interval(draws)
+    draws = ladder_draws.bootstrap(points, baseline, params, resamples, lambda p, start: fitter(p, start)[0])
+    points["multiplier_low"], points["multiplier_high"] = ladder_draws.interval(draws)
     out = {}
     for name in points["variant"].unique():
         if name != baseline:
-            got = scaling.trend_of(points, points[points["variant"] == name], draws)
+            got = ladder_draws.trend_of(points, points[points["variant"] == name], draws)
             out[name] = (got["trend"], got.get("trend_ratio", math.nan), got.get("trend_low", math.nan),
                          got.get("trend_high", math.nan))
     return out
@@ -74,7 +74,7 @@ def panel(points: pd.DataFrame, baseline: str, resamples: int) -> pd.DataFrame:
         mine = points
         if isinstance(fitter, str):
             mine, fitter = points[points["size"] != fitter], shared_floor
-            if scaling.too_few(mine):
+            if ladder_draws.too_few(mine):
                 continue
         try:
             trends = form_trends(mine, baseline, fitter, resamples)

@@ -4,8 +4,10 @@ other claim (planned seeds, declared conditions, standing from the runs' recorde
 import math
 
 from mbexp.analysis import stats
-from mbexp.analysis.claims import Comparison, Result, outcome, seed_range, verdict
+from mbexp.analysis.scaling import ladder_points
 from mbexp.analysis.table import Table
+from mbexp.analysis.trend import ladder_deltas, trend
+from mbexp.analysis.verdicts import Comparison, Result, outcome, seed_range, verdict
 from mbexp.declarations import CONFIRMATORY, EXPLORATORY, NOT_AS_DECLARED, NOT_TESTED, Claim
 
 
@@ -13,8 +15,6 @@ def ladder_trend(claim: Claim, table: Table | None) -> Result:
     """A ladder claim (statistic: trend): per (variant, baseline) pair, the fit-free trend of the paired Δ over
     ln(non-embedding parameters) at the claim's budget (analysis/trend.py; default the largest), on the planned
     seeds; resolved when the Holm-adjusted slope t-test and permutation p are both below α; `better`: Δ falls."""
-    from mbexp.analysis.trend import claim_trends
-
     if table is None:
         return Result(claim, [], NOT_TESTED, EXPLORATORY, {}, [f"no finished runs of {claim.experiment}"])
 
@@ -52,3 +52,18 @@ def ladder_trend(claim: Claim, table: Table | None) -> Result:
     extra = set().union(*present.values()) - planned
     return Result(claim, comparisons, NOT_AS_DECLARED if unmet else verdict(comparisons), standing, present,
                   texts + unmet, [], unmet, everyone if extra else [], len(read), declared)
+
+
+def claim_trends(table, pairs, at: tuple, seeds=None) -> tuple[list, int]:
+    """Per (variant, baseline) pair of a ladder claim, its Trend at the 95% and the 90% level on `seeds` (None: all),
+    at the claim's train.steps (default the largest budget), and that budget; ValueError names unknown variants."""
+    points, _ = ladder_points(table)
+    unknown = sorted({v for pair in pairs for v in pair} - set(points["variant"]))
+    if unknown:
+        raise ValueError(f"variants not in {table.experiment}: {', '.join(unknown)}")
+    steps = dict(at).get("train.steps", points["steps"].max())
+    out = []
+    for row, base in pairs:
+        deltas = {n: d[d.index.isin(seeds)] if seeds else d for n, d in ladder_deltas(points, row, base, steps).items()}
+        out.append((trend(deltas), trend(deltas, level=0.90)))
+    return out, steps

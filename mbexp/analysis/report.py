@@ -15,7 +15,7 @@ from mbexp.analysis import example, stats
 from mbexp.analysis.claims import ClaimsError, Comparison, Result, evaluate, load_claims, seed_range, short
 from mbexp.analysis.ladder_render import ladder_markdown, ladder_trends, readme_ladder_lines
 from mbexp.analysis.render import fmt
-from mbexp.analysis.studies import cost_lines
+from mbexp.analysis.studies import annotate, cost_lines
 from mbexp.analysis.table import build_tables, setting
 from mbexp.declarations import CONFIRMATORY, EXPLORATORY, VERDICTS
 
@@ -278,7 +278,9 @@ def splice(text: str, begin: str, end: str, block: str) -> str:
 
 
 def generate(results_dir, claims_path) -> list[Result]:
-    return evaluate(load_claims(claims_path), build_tables(results_dir))
+    tables = build_tables(results_dir)
+    annotate(tables, results_dir)  # a declared study's rows: the LR its scan chose
+    return evaluate(load_claims(claims_path), tables)
 
 
 def main(argv: list[str] | None = None) -> int:

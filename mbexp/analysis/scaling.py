@@ -5,31 +5,24 @@ analysis/ladder_render.py, written by analysis/outputs.py."""
 
 import json
 import math
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
+from mbexp.analysis.ladder_draws import (
+    MIN_POINTS,
+    RESAMPLES,
+    bootstrap,
+    interval,
+    too_few,
+    trend_of,
+)
 from mbexp.analysis.powerlaw import Curve, crossover, fit, multiplier
+from mbexp.analysis.sizes import SIZE_KEYS, is_ladder  # noqa: F401 - re-exported: a ladder's rules
 from mbexp.analysis.table import Table, setting
 
-SIZE_KEYS = ("model.name", "model.d_model", "model.n_layers", "model.n_heads")  # what a rung of a ladder changes
 BUDGET_KEY = "train.steps"
-MIN_POINTS = 3  # per variant: two curve parameters each and the shared floor leave a residual from 3 points
-RESAMPLES = 200  # bootstrap refits
-LEVEL = 0.95
-RNG_SEED = 0  # a fixed bootstrap: the same runs give the same bytes
-
-
-def too_few(points: pd.DataFrame) -> str | None:
-    """Why these points cannot be fitted (a variant with fewer than MIN_POINTS distinct computes), or None."""
-    counts = points.groupby("variant", sort=False)["compute"].nunique()
-    short = counts[counts < MIN_POINTS]
-    if short.empty:
-        return None
-    named = ", ".join(f"{v} has {n}" for v, n in short.items())
-    return f"too few points to fit L(C) = E + A·C^-α: {named} ({MIN_POINTS} sizes per curve needed)"
 
 
 def budgets(points: pd.DataFrame) -> pd.Series:
@@ -58,11 +51,6 @@ class Ladder:
     held_out_curves: dict = field(default_factory=dict)  # (variant, budget) -> the curve refit without the largest
     resamples: int = RESAMPLES
     panel: pd.DataFrame | None = None  # the robustness panel: per variant, budget and form, the multiplier's trend
-
-
-def is_ladder(table: Table) -> bool:
-    """Whether the experiment's runs differ in size (a model.* size key)."""
-    return any(len({json.dumps(i.get(k)) for i in table.runs["identity"]}) > 1 for k in SIZE_KEYS)
 
 
 def ladder_points(table: Table) -> tuple[pd.DataFrame, str]:
@@ -225,41 +213,6 @@ def _fit_budget(points: pd.DataFrame, idx: pd.Index, baseline: str, budget, resa
     return rows
 
 
-def bootstrap(points: pd.DataFrame, baseline: str, params, resamples: int, fitter=None) -> np.ndarray:
-    """Each point's multiplier (a column) over refits (rows) to resampled means (`resampled_means`: each point from
-    its own seeds). `fitter(points, start)` gives the curves (default: the shared-floor fit from `params`); a draw
-    whose refit fails stays NaN."""
-    fitter = fitter or (lambda p, start: fit(p, start=start)[0])
-    rng = np.random.default_rng(RNG_SEED)
-    draws = np.full((resamples, len(points)), math.nan)
-    losses = [s.to_numpy() for s in points["losses"]]
-    spread = any(len(s) > 1 for s in losses)
-    for b in range(resamples if spread else 0):  # one seed everywhere: no noise estimate, no interval
-        means = resampled_means(losses, rng)
-        try:
-            curves = fitter(points.assign(loss=means), params)
-        except RuntimeError:
-            continue
-        base = curves[baseline]
-        draws[b] = [multiplier(base, curves[v], c) for v, c in zip(points["variant"], points["compute"])]
-    return draws
-
-
-def resampled_means(losses: list, rng: np.random.Generator) -> list[float]:
-    """One bootstrap draw of each point's mean from its own seeds: the mean plus s/√n times a Student t draw with
-    n − 1 df (z / √(χ²/(n−1)) from n normals: a mean whose s.d. is estimated from its n seeds); one seed: the mean."""
-    out = []
-    for s in losses:
-        n = len(s)
-        if n < 2:
-            out.append(float(s.mean()))
-            continue
-        z = rng.standard_normal(n)
-        t = z[0] / math.sqrt(float(np.sum(z[1:] ** 2)) / (n - 1))
-        out.append(float(s.mean() + s.std(ddof=1) / math.sqrt(n) * t))
-    return out
-
-
 def seed_deviations(points: pd.DataFrame) -> np.ndarray:
     """Every run's loss minus its point's mean, scaled by sqrt(n / (n - 1)) so their variance is the seed
     variance (points with one seed have none)."""
@@ -271,43 +224,6 @@ def _noise(points: pd.DataFrame) -> float:
     """The standard error of a point's mean from the pooled seed spread (NaN without a point of 2 seeds)."""
     pool = seed_deviations(points)
     return float(np.sqrt(np.mean(pool**2) / points["n"].mean())) if len(pool) else math.nan
-
-
-def interval(draws: np.ndarray) -> tuple:
-    """The LEVEL percentile interval of each column (NaN where no refit converged)."""
-    tail = (1 - LEVEL) / 2 * 100
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column: NaN, as it should be
-        return tuple(np.nanpercentile(draws, [tail, 100 - tail], axis=0))
-
-
-def trend_of(group: pd.DataFrame, mine: pd.DataFrame, draws: np.ndarray) -> dict:
-    """How a variant's multiplier moves from its smallest to its largest size, at its largest budget: the ratio
-    m(largest) / m(smallest) with its bootstrap interval (the same refits; draws' columns follow `group`'s rows),
-    read by `trend`."""
-    top = mine[mine["steps"] == mine["steps"].max()]
-    first, last = top["params_non_embedding"].idxmin(), top["params_non_embedding"].idxmax()
-    if first == last:
-        return {"trend": "one size"}
-    cols = [group.index.get_loc(first), group.index.get_loc(last)]
-    with np.errstate(invalid="ignore", divide="ignore"):  # ∞ / ∞ (both below the floor): NaN, left out
-        low, high = interval(draws[:, [cols[1]]] / draws[:, [cols[0]]])
-    m = group["multiplier"]
-    ends = [(m[i], group.at[i, "multiplier_low"], group.at[i, "multiplier_high"]) for i in (first, last)]
-    ratio = (m[last] / m[first], low[0], high[0])
-    return {"trend": trend(*ends, ratio), "trend_ratio": ratio[0], "trend_low": low[0], "trend_high": high[0],
-            "trend_from": group.at[first, "size"], "trend_to": group.at[last, "size"]}
-
-
-def trend(first: tuple, last: tuple, ratio: tuple) -> str:
-    """The multiplier's move along the ladder, from (m, low, high) at the smallest and at the largest size and
-    (ratio, low, high) of m(largest) / m(smallest): crosses 1 (both ends resolved, on either side of 1), rises or
-    falls (the ratio's interval excludes 1), or not resolved."""
-    if first[2] < 1 < last[1]:
-        return "crosses 1 upward"
-    if first[1] > 1 > last[2]:
-        return "crosses 1 downward"
-    return "rises" if ratio[1] > 1 else "falls" if ratio[2] < 1 else "not resolved"
 
 
 def _held_out(ladder: Ladder, groups: dict) -> None:

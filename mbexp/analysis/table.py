@@ -10,6 +10,7 @@ import pandas as pd
 
 from mbexp.analysis import stats
 from mbexp.analysis.collect import AXES, collect_runs
+from mbexp.analysis.sizes import SIZE_KEYS, is_ladder
 from mbexp.io import FINISHED
 
 TUNE = "optim.lr"  # the tuned key by default, when a row has runs at several of its values
@@ -55,12 +56,8 @@ def setting(value) -> str:
 
 def build_tables(results_dir, baselines: dict | None = None, *, tune: str = TUNE, margin: float = MARGIN,
                  strict: bool = False) -> dict[str, Table]:
-    """Tables per experiment, straight from the run files (a declared study's rows with the LR its scan chose)."""
-    from mbexp.analysis.studies import annotate
-
-    tables = tables_for(collect_runs(results_dir, strict), baselines, tune=tune, margin=margin)
-    annotate(tables, results_dir)
-    return tables
+    """Tables per experiment, straight from the run files."""
+    return tables_for(collect_runs(results_dir, strict), baselines, tune=tune, margin=margin)
 
 
 def tables_for(runs: pd.DataFrame, baselines: dict | None = None, *, tune: str = TUNE,
@@ -289,8 +286,6 @@ def seed_text(deltas: pd.Series) -> str:
 def own_baselines(table: Table, base: str) -> dict[str, str | None]:
     """Each row's baseline: the row `base`; in a ladder (rows differing in size, scaling.SIZE_KEYS) the baseline
     variant's row at the row's own size, None where that size has none."""
-    from mbexp.analysis.scaling import SIZE_KEYS, is_ladder
-
     if not is_ladder(table):
         return dict.fromkeys(table.rows["label"], base)
     drop = {*SIZE_KEYS, table.column, table.tuned}

@@ -107,20 +107,3 @@ def ladder_deltas(points: pd.DataFrame, variant: str, baseline: str, steps) -> d
     shared = [s for s in mine if s in base]
     return paired_deltas({mine[s]["params_non_embedding"]: mine[s]["losses"] for s in shared},
                          {mine[s]["params_non_embedding"]: base[s]["losses"] for s in shared})
-
-
-def claim_trends(table, pairs, at: tuple, seeds=None) -> tuple[list, int]:
-    """Per (variant, baseline) pair of a ladder claim, its Trend at the 95% and the 90% level on `seeds` (None: all),
-    at the claim's train.steps (default the largest budget), and that budget; ValueError names unknown variants."""
-    from mbexp.analysis.scaling import ladder_points
-
-    points, _ = ladder_points(table)
-    unknown = sorted({v for pair in pairs for v in pair} - set(points["variant"]))
-    if unknown:
-        raise ValueError(f"variants not in {table.experiment}: {', '.join(unknown)}")
-    steps = dict(at).get("train.steps", points["steps"].max())
-    out = []
-    for row, base in pairs:
-        deltas = {n: d[d.index.isin(seeds)] if seeds else d for n, d in ladder_deltas(points, row, base, steps).items()}
-        out.append((trend(deltas), trend(deltas, level=0.90)))
-    return out, steps
