@@ -10,12 +10,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from mbexp.analysis.ladder_draws import (
+from mbexp.analysis.ladder_draws import (  # noqa: F401 - LEVEL, resampled_means, trend: re-exported
+    LEVEL,
     MIN_POINTS,
     RESAMPLES,
     bootstrap,
     interval,
+    resampled_means,
     too_few,
+    trend,
     trend_of,
 )
 from mbexp.analysis.powerlaw import Curve, crossover, fit, multiplier
