@@ -221,7 +221,7 @@ def results_page(results: list[Result], trends: list[dict] = (), costs: list[str
         out += [""]
     if costs:  # the declared studies' compute against the naive grid of separate runs
         out += ["## Declared studies: compute", "", *costs, "", "([studies.md](studies.md#cost))", ""]
-    experiments = sorted({r.claim.experiment for r in results})
+    experiments = sorted({r.claim.experiment for r in results if r.present})  # those with runs
     out += ["## Tables and figures", ""]
     out += [f"- `{exp}`: [table](../results/tables/{exp}.md), [forest plot](../results/figures/{exp}_forest.png)"
             for exp in experiments]
