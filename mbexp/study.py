@@ -85,6 +85,12 @@ def scan_losses(study: Study, results_dir) -> dict:
     return found
 
 
+def best_of(grid, losses: dict) -> Choice:
+    """The grid LR with the lowest mean loss (ties: the smaller), and whether it is an end of the grid."""
+    best = min(grid, key=lambda lr: (losses[lr], lr))
+    return Choice(best, "low" if best == grid[0] else "high" if best == grid[-1] else "", losses)
+
+
 def choose(study: Study, results_dir) -> dict:
     """Each row's Choice: the grid LR with the lowest mean validation loss over the scan seeds (ties: the
     smaller LR); StudyError names the scan runs still missing."""
@@ -97,9 +103,7 @@ def choose(study: Study, results_dir) -> dict:
             if len(runs) < len(study.scan_seeds):
                 missing.append(" ".join(study.row_overrides(values)) + f" optim.lr={_lr(lr)}")
             losses[lr] = sum(runs) / len(runs) if runs else math.inf
-        best = min(study.lr_grid, key=lambda lr: (losses[lr], lr))
-        edge = "low" if best == study.lr_grid[0] else "high" if best == study.lr_grid[-1] else ""
-        choices[values] = Choice(best, edge, losses)
+        choices[values] = best_of(study.lr_grid, losses)
     if missing:
         raise StudyError(f"study {study.name!r}: {len(missing)} scan run(s) unfinished, e.g. {missing[0]}; "
                          "rerun the study command")

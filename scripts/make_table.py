@@ -144,6 +144,9 @@ def _tables(args) -> int:
         fit = [p for p in paths if p.name == f"{experiment}_fit.md"]  # a size ladder's fit (outputs.write_ladder)
         if fit:
             print(fit[0].read_text(encoding="utf-8"))
+    for study, paths in outputs.write_scans(args.results, args.only).items():  # each declared study's LR scan
+        print(f"## {study}: LR scan → {', '.join(map(str, paths))}\n")
+        print(paths[0].read_text(encoding="utf-8"))
     claims_paths = outputs.write_claims(args.results, verdicts)
     if claims_paths:
         print(f"## claims → {', '.join(map(str, claims_paths))}\n")

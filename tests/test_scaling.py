@@ -30,15 +30,15 @@ def curve(alpha: float, loss_at_1e12: float) -> Curve:
 
 
 def write_ladder(results: Path, curves: dict[str, Curve], *, sizes=SIZES, steps=(200, 600), seeds=3,
-                 experiment: str = "synth", noise: float = NOISE) -> None:
+                 experiment: str = "synth", noise: float = NOISE, lr=lambda ffn, size: 3e-3) -> None:
     """Summaries of a ladder whose final test losses are the curves' values plus Gaussian seed noise; `steps`: the
-    budgets of every size, or a dict of each size's own."""
+    budgets of every size, or a dict of each size's own; `lr`: each (FFN, size)'s learning rate."""
     rng = np.random.default_rng(1)
     for ffn, law in curves.items():
         for i, (name, flops) in enumerate(sizes.items()):
             for budget in steps[name] if isinstance(steps, dict) else steps:
                 identity = {"ffn.name": ffn, "norm.name": "layer", "placement.name": "pre", "hidden.name": "matched",
-                            "model.name": name, "model.d_model": 64 + 32 * i, "optim.lr": 3e-3,
+                            "model.name": name, "model.d_model": 64 + 32 * i, "optim.lr": lr(ffn, name),
                             "train.steps": budget}
                 for seed in range(seeds):
                     loss = float(law.loss(flops * budget * TOKENS_PER_STEP)) + SHORT.get(budget, 0.0)
@@ -214,6 +214,21 @@ def test_sizes_with_budgets_of_their_own_make_one_curve_per_variant(tmp_path):
     assert list(ladder.curves["budget"]) == ["all", "all"] and list(ladder.curves["points"]) == [4, 4]
     assert by_variant(ladder, "all")["layer-pre-swiglu-matched"]["alpha"] == pytest.approx(0.36, abs=0.04)
     assert "one curve per variant over every point (4 sizes, own budgets)" in ladder_render.to_markdown(ladder)
+
+
+def test_each_rung_at_its_own_lr_is_still_one_variant_per_ffn(tmp_path):
+    """A declared ladder study runs every (size, FFN) at the LR its scan chose: the LR differs from rung to rung
+    and between FFNs, yet each FFN is one variant and each rung is compared with ReLU at its own size."""
+    lrs = {"relu": [1e-2, 1e-2, 3e-3, 3e-3], "swiglu": [3e-3, 3e-3, 3e-3, 1e-3]}
+    write_ladder(tmp_path, {"relu": curve(0.30, 4.3), "swiglu": curve(0.36, 4.2)},
+                 lr=lambda ffn, size: lrs[ffn][list(SIZES).index(size)])
+    tables = table.build_tables(tmp_path)
+    built = tables["synth"]
+    assert built.baselines["layer-pre-swiglu-matched-ladder160"] == "layer-pre-relu-matched-ladder160"
+    ladder = scaling.analyse(built, panel=False)
+    assert ladder.baseline == "layer-pre-relu-matched"
+    assert sorted(set(ladder.points["variant"])) == ["layer-pre-relu-matched", "layer-pre-swiglu-matched"]
+    assert list(ladder.points.groupby("variant")["size"].nunique()) == [4, 4]
 
 
 def test_a_budget_sweep_of_one_size_is_no_ladder(tmp_path):

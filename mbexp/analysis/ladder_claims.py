@@ -19,8 +19,9 @@ def ladder_trend(claim: Claim, table: Table | None) -> Result:
         return Result(claim, [], NOT_TESTED, EXPLORATORY, {}, [f"no finished runs of {claim.experiment}"])
 
     def tested(seeds) -> tuple[list[Comparison], int]:
-        trends, steps = claim_trends(table, claim.pairs, claim.at, seeds)
-        out = [Comparison(r, b, t.interval, t90.interval, t.per_seed, len(t.seeds))
+        trends, steps, sizes = claim_trends(table, claim.pairs, claim.at, seeds)
+        out = [Comparison(r, b, t.interval, t90.interval, t.per_seed, len(t.seeds),
+                          per_size={sizes[n]: d for n, d in t.deltas.items()})
                for (r, b), (t, t90) in zip(claim.pairs, trends)]
         ps, qs = stats.holm([t.p for t, _ in trends]), stats.holm([t.p_permutation for t, _ in trends])
         for c, p, q in zip(out, ps, qs):
@@ -54,9 +55,10 @@ def ladder_trend(claim: Claim, table: Table | None) -> Result:
                   texts + unmet, [], unmet, everyone if extra else [], len(read), declared)
 
 
-def claim_trends(table, pairs, at: tuple, seeds=None) -> tuple[list, int]:
+def claim_trends(table, pairs, at: tuple, seeds=None) -> tuple[list, int, dict]:
     """Per (variant, baseline) pair of a ladder claim, its Trend at the 95% and the 90% level on `seeds` (None: all),
-    at the claim's train.steps (default the largest budget), and that budget; ValueError names unknown variants."""
+    at the claim's train.steps (default the largest budget); that budget; and each size's name by its non-embedding
+    parameters. ValueError names unknown variants."""
     points, _ = ladder_points(table)
     unknown = sorted({v for pair in pairs for v in pair} - set(points["variant"]))
     if unknown:
@@ -66,4 +68,4 @@ def claim_trends(table, pairs, at: tuple, seeds=None) -> tuple[list, int]:
     for row, base in pairs:
         deltas = {n: d[d.index.isin(seeds)] if seeds else d for n, d in ladder_deltas(points, row, base, steps).items()}
         out.append((trend(deltas), trend(deltas, level=0.90)))
-    return out, steps
+    return out, steps, dict(zip(points["params_non_embedding"], points["size"]))

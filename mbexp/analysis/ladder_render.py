@@ -202,6 +202,34 @@ def _deficit(t: dict) -> str:
         if t["fit_free"] != "not resolved" else f"not resolved (p {fmt(t['fit_free_p'], SHOWN)})"
 
 
+def lr_ladders_markdown(results) -> str:
+    """The ladder claims (statistic: trend) side by side, one line per claim and variant: the mean paired Δ vs the
+    baseline at each size on the planned seeds, the slope of Δ over ln N, its mark and the claim's verdict; at one
+    LR for every rung, or each (size, FFN) at its own (own_lr). Empty without ladder claims."""
+    ladders = [r for r in results if r.claim.statistic == "trend"]
+    if not ladders:
+        return ""
+    sizes = list(dict.fromkeys(size for r in ladders for c in r.comparisons for size in c.per_size))
+    lines = ["| variant vs baseline | steps | ladder | LR | " + " | ".join(f"Δ {s}" for s in sizes) +
+             " | slope of Δ per e-fold of N (95% CI) | p (Holm) | mark | verdict |",
+             "|:---|---:|:---|:---|" + "---:|" * len(sizes) + "---:|---:|:---|:---|"]
+    key = []
+    for r in ladders:
+        found = {c.row: c for c in r.comparisons}
+        steps = dict(r.claim.at).get("train.steps", "largest")
+        lr = f"own (study `{r.claim.study}`)" if r.claim.study else "own (tuned)" if r.claim.own_lr else "one"
+        for row, base in r.claim.pairs:
+            c = found.get(row)
+            cells = [fmt(c.per_size[s], "+.3f") if c and s in c.per_size else "—" for s in sizes]
+            slope = f"{fmt(c.interval.delta, '+.3f')} [{fmt(c.interval.low, '+.3f')}, {fmt(c.interval.high, '+.3f')}]" \
+                if c else "—"
+            order = steps if isinstance(steps, int) else math.inf
+            key.append(((row, order, r.claim.own_lr, r.claim.experiment), "| " + " | ".join(
+                [f"{row} vs {base}", str(steps), r.claim.experiment, lr, *cells, slope,
+                 fmt(c.p_holm, SHOWN) if c else "—", c.mark if c else "—", f"{r.verdict} ({r.standing})"]) + " |"))
+    return "\n".join(lines + [line for _, line in sorted(key, key=lambda k: k[0])])
+
+
 def readme_ladder_lines(trends: list[dict]) -> list[str]:
     """The README's ladder lines at each ladder's largest budget: the multiplier's trend as the robustness panel
     reads it (rises / falls only when every form agrees, else form-dependent), qualified by the fit-free trend."""

@@ -1,10 +1,12 @@
-"""The files `make table` writes: tables/<exp>.{md,csv,tex}, figures/<exp>_<figure>.png, tables/claims.{md,csv}."""
+"""The files `make table` writes: tables/<exp>.{md,csv,tex}, figures/<exp>_<figure>.png, tables/claims.{md,csv},
+and per declared study with scan runs tables/<study>_lr_scan.{md,csv} and figures/<study>_lr_scan.png."""
 
 from pathlib import Path
 
-from mbexp.analysis import figures, ladder_render, render, report, scaling
+from mbexp.analysis import figures, ladder_render, lr_scan, render, report, scaling
 from mbexp.analysis.claims import Result
 from mbexp.analysis.table import Table
+from mbexp.declarations import load_studies
 from mbexp.io import atomic_write, write_text
 
 
@@ -43,6 +45,26 @@ def write_ladder(results_dir, table: Table) -> list[Path]:
     fig = ladder_render.plot(ladder)
     atomic_write(paths[-1], lambda tmp: fig.savefig(tmp, format="png", metadata={"Software": None}))
     return paths
+
+
+def write_scans(results_dir, only: str | None = None) -> dict[str, list[Path]]:
+    """Each declared study's LR scan (lr_scan) that has a finished scan run: its table and figure; with `only`, just
+    the study whose experiment or scan experiment that is. Returns the paths per study (the .md first)."""
+    written = {}
+    for study in load_studies(results_dir).values():
+        if only and only not in (study.experiment, study.scan_experiment):
+            continue
+        frame = lr_scan.scan_frame(study, results_dir)
+        if not frame["n"].any():
+            continue
+        paths = [Path(results_dir, "tables", f"{study.name}_lr_scan.{ext}") for ext in ("md", "csv")]
+        write_text(paths[0], lr_scan.to_markdown(study, frame))
+        write_text(paths[1], lr_scan.to_csv(frame))
+        paths.append(Path(results_dir, "figures", f"{study.name}_lr_scan.png"))
+        fig = lr_scan.plot(study, frame)
+        atomic_write(paths[-1], lambda tmp, fig=fig: figures.save(fig, tmp))
+        written[study.name] = paths
+    return written
 
 
 def write_claims(results_dir, results: list[Result]) -> list[Path]:

@@ -13,7 +13,7 @@ import pandas as pd
 
 from mbexp.analysis import example, stats
 from mbexp.analysis.claims import ClaimsError, Comparison, Result, evaluate, load_claims, seed_range, short
-from mbexp.analysis.ladder_render import ladder_markdown, ladder_trends, readme_ladder_lines
+from mbexp.analysis.ladder_render import ladder_markdown, ladder_trends, lr_ladders_markdown, readme_ladder_lines
 from mbexp.analysis.render import fmt
 from mbexp.analysis.studies import annotate, cost_lines
 from mbexp.analysis.table import build_tables, setting
@@ -219,6 +219,12 @@ def results_page(results: list[Result], trends: list[dict] = (), costs: list[str
         out += [f"- `{exp}`: [fit table](../results/tables/{exp}_fit.md), "
                 f"[figure](../results/figures/{exp}_ladder.png)" for exp in sorted({t["experiment"] for t in trends})]
         out += [""]
+    if side := lr_ladders_markdown(results):
+        out += ["## Size ladders at one LR and at each size's own LR", "",
+                "The ladder claims side by side: the mean paired Δ (variant − baseline, same seed; < 0: the variant "
+                "is ahead) at each size on the planned seeds, and its slope over ln(non-embedding parameters), as "
+                "the claims read it. One LR: every rung at the same learning rate; own: each (size, FFN) at the LR "
+                "its study's scan chose ([studies.md](studies.md)).", "", side, ""]
     if costs:  # the declared studies' compute against the naive grid of separate runs
         out += ["## Declared studies: compute", "", *costs, "", "([studies.md](studies.md#cost))", ""]
     experiments = sorted({r.claim.experiment for r in results if r.present})  # those with runs

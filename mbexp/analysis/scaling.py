@@ -22,7 +22,7 @@ from mbexp.analysis.ladder_draws import (  # noqa: F401 - LEVEL, resampled_means
     trend_of,
 )
 from mbexp.analysis.powerlaw import Curve, crossover, fit, multiplier
-from mbexp.analysis.sizes import SIZE_KEYS, is_ladder  # noqa: F401 - re-exported: a ladder's rules
+from mbexp.analysis.sizes import PER_RUNG, SIZE_KEYS, is_ladder  # noqa: F401 - re-exported: a ladder's rules
 from mbexp.analysis.table import Table, setting
 
 BUDGET_KEY = "train.steps"
@@ -58,10 +58,10 @@ class Ladder:
 
 def ladder_points(table: Table) -> tuple[pd.DataFrame, str]:
     """The table's completed runs (at their chosen tuned value) as ladder points, and the baseline variant.
-    A variant is a row with its size removed: the runs grouped by identity less SIZE_KEYS, the budget and the
-    tuned key; its name is the summary's row less the preset's tag (-ladder96)."""
+    A variant is a row with its size removed: the runs grouped by identity less SIZE_KEYS, PER_RUNG, the budget
+    and the tuned key; its name is the summary's row less the preset's tag (-ladder96)."""
     runs = table.runs[table.runs["chosen"] & (table.runs["status"] == "completed")].copy()
-    drop = {*SIZE_KEYS, BUDGET_KEY, table.tuned}
+    drop = {*SIZE_KEYS, *PER_RUNG, BUDGET_KEY, table.tuned}
     ident = list(table.runs["identity"])
     runs["_variant"] = [json.dumps({k: v for k, v in i.items() if k not in drop}, sort_keys=True)
                         for i in runs["identity"]]

@@ -3,6 +3,8 @@
 import json
 
 SIZE_KEYS = ("model.name", "model.d_model", "model.n_layers", "model.n_heads")  # what a rung of a ladder changes
+# may differ from rung to rung without making another variant: each (size, FFN) at its own LR (a declared study)
+PER_RUNG = ("optim.lr",)
 
 
 def is_ladder(table) -> bool:

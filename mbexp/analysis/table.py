@@ -10,7 +10,7 @@ import pandas as pd
 
 from mbexp.analysis import stats
 from mbexp.analysis.collect import AXES, collect_runs
-from mbexp.analysis.sizes import SIZE_KEYS, is_ladder
+from mbexp.analysis.sizes import PER_RUNG, SIZE_KEYS, is_ladder
 from mbexp.io import FINISHED
 
 TUNE = "optim.lr"  # the tuned key by default, when a row has runs at several of its values
@@ -288,7 +288,7 @@ def own_baselines(table: Table, base: str) -> dict[str, str | None]:
     variant's row at the row's own size, None where that size has none."""
     if not is_ladder(table):
         return dict.fromkeys(table.rows["label"], base)
-    drop = {*SIZE_KEYS, table.column, table.tuned}
+    drop = {*SIZE_KEYS, *PER_RUNG, table.column, table.tuned}
     keys = {}
     for label, group in table.runs.groupby("label", sort=False):
         identity = group["identity"].iloc[0]

@@ -41,6 +41,7 @@ class Comparison:
     outcome: str = UNTESTED
     seeds_needed: float = math.nan
     slow: dict = field(default_factory=dict)  # label -> slow-start seeds
+    per_size: dict = field(default_factory=dict)  # a ladder claim's: size -> mean paired Δ over the seeds read
 
 
 @dataclass

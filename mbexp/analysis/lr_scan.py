@@ -1,0 +1,97 @@
+"""A declared study's LR scan (docs/studies.md, "The scan's table and figure"): mean validation log-ppl against
+the learning rate per row (e.g. size and FFN) at the selection budget, the chosen LR marked;
+tables/<study>_lr_scan.md and .csv, figures/<study>_lr_scan.png."""
+
+import math
+
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from mbexp.analysis.render import setting
+from mbexp.declarations import Study
+from mbexp.study import best_of, scan_losses
+
+COLUMNS = ("lr", "steps", "n", "val_loss", "chosen", "edge")  # after the study's row keys
+
+
+def scan_frame(study: Study, results_dir) -> pd.DataFrame:
+    """One line per (row, grid LR): the scan seeds finished, their mean final validation loss at select_at (inf:
+    one diverged; NaN: none finished), and for a row whose scan is complete, whether this LR is its choice."""
+    found, lines = scan_losses(study, results_dir), []
+    for values in study.row_values():
+        row = tuple(str(v) for v in values)
+        runs = {lr: found.get((row, lr), []) for lr in study.lr_grid}
+        means = {lr: sum(r) / len(r) if r else math.nan for lr, r in runs.items()}
+        complete = all(len(r) >= len(study.scan_seeds) for r in runs.values())
+        choice = best_of(study.lr_grid, means) if complete else None
+        for lr in study.lr_grid:
+            chosen = choice is not None and lr == choice.lr
+            lines.append({**dict(zip(study.rows, map(str, values))), "lr": lr, "steps": study.select_at,
+                          "n": len(runs[lr]), "val_loss": means[lr], "chosen": chosen,
+                          "edge": choice.edge if chosen else ""})
+    return pd.DataFrame(lines, columns=[*study.rows, *COLUMNS])
+
+
+def to_csv(frame: pd.DataFrame) -> str:
+    return frame.to_csv(index=False, float_format="%.6g", lineterminator="\n")
+
+
+def _cell(line: pd.Series) -> str:
+    if line["n"] == 0:
+        return "—"
+    text = "diverged" if math.isinf(line["val_loss"]) else f"{line['val_loss']:.3f}"
+    return f"**{text}**" if line["chosen"] else text
+
+
+def to_markdown(study: Study, frame: pd.DataFrame) -> str:
+    """The scan as a grid (one line per row, one column per LR, the chosen cell bold) and, for rows of two keys,
+    the chosen LR of each pair: how the optimum moves along the first key, per value of the second."""
+    keys, grid = list(study.rows), list(study.lr_grid)
+    finished, total = int(frame["n"].sum()), len(frame) * len(study.scan_seeds)
+    lines = [f"**{study.name}** — LR scan: mean final validation log-ppl at {study.select_at} steps over scan "
+             f"seed(s) {', '.join(map(str, study.scan_seeds))} (runs in `{study.scan_experiment}`); bold: the LR "
+             f"chosen (lowest; ties: the smaller); edge: the best LR is an end of the grid, so the optimum may lie "
+             f"beyond it. {finished} of {total} scan runs finished.", "",
+             "| " + " | ".join([*keys, *(f"lr={setting(lr)}" for lr in grid), "chosen", "edge"]) + " |",
+             "|" + "|".join([":---"] * len(keys) + ["---:"] * (len(grid) + 1) + [":---"]) + "|"]
+    for values, group in frame.groupby(keys, sort=False):
+        chosen = group[group["chosen"]]
+        pick = setting(chosen["lr"].iloc[0]) if len(chosen) else "—"
+        edge = chosen["edge"].iloc[0] if len(chosen) else "scan unfinished"
+        values = values if isinstance(values, tuple) else (values,)
+        lines.append("| " + " | ".join([*values, *(_cell(line) for _, line in group.iterrows()), pick,
+                                        edge or "—"]) + " |")
+    if len(keys) == 2 and frame["chosen"].any():
+        first, second = keys
+        picks = frame[frame["chosen"]].pivot(index=first, columns=second, values="lr")
+        picks = picks.reindex(index=list(dict.fromkeys(frame[first])), columns=list(dict.fromkeys(frame[second])))
+        lines += ["", f"The chosen LR by {first} and {second}:", "",
+                  "| " + " | ".join([first, *picks.columns]) + " |", "|" + "|".join([":---"] + ["---:"] *
+                                                                                   len(picks.columns)) + "|"]
+        lines += ["| " + " | ".join([str(index), *("—" if pd.isna(v) else setting(v) for v in row)]) + " |"
+                  for index, row in picks.iterrows()]
+    return "\n".join(lines) + "\n"
+
+
+def plot(study: Study, frame: pd.DataFrame) -> Figure:
+    """Validation log-ppl against LR (log axis), one line per row; with two row keys, one panel per value of the
+    second and one line per value of the first. The chosen LR is ringed; a diverged point is left out."""
+    keys = list(study.rows)
+    panels = list(dict.fromkeys(frame[keys[-1]])) if len(keys) == 2 else [None]
+    fig = Figure(figsize=(min(4.0 * len(panels), 16), 4.0), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
+    for ax, panel in zip(axes, panels):
+        shown = frame if panel is None else frame[frame[keys[-1]] == panel]
+        for i, (name, line) in enumerate(shown.groupby(keys[0], sort=False)):
+            ok = line[line["val_loss"].map(math.isfinite)]
+            ax.plot(ok["lr"], ok["val_loss"], marker="o", markersize=3, color=f"C{i % 10}", label=str(name))
+            best = ok[ok["chosen"]]
+            ax.plot(best["lr"], best["val_loss"], marker="o", markersize=10, markerfacecolor="none",
+                    linestyle="none", color=f"C{i % 10}")
+        ax.set_xscale("log")
+        ax.set(xlabel="learning rate", title=f"{keys[-1]}={panel}" if panel is not None else study.name)
+        ax.legend(fontsize=7, title=keys[0], title_fontsize=7)
+    axes[0].set_ylabel(f"validation log-ppl at {study.select_at} steps (ring: chosen)")
+    return fig

@@ -1,0 +1,89 @@
+"""A declared study's LR scan as a table and a figure (docs/studies.md): validation loss against LR per size and FFN,
+the chosen LR marked, an unfinished row said so, and the same choice as the study command's."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from mbexp.analysis import lr_scan, outputs
+from mbexp.declarations import load_studies
+from mbexp.study import choose
+
+CLAIMS = """\
+studies:
+  lad:
+    experiment: lad
+    rows: {model: [ladder64, ladder96], ffn: [relu, geglu]}
+    lr_grid: [1.0e-3, 3.0e-3, 1.0e-2]
+    scan_seeds: [7]
+    seeds: [8, 9]
+    budgets: [30, 60]
+"""
+# (model, ffn) -> loss at each LR of the grid; ReLU's optimum moves up with width, GEGLU's stays inside the grid
+LOSSES = {("ladder64", "relu"): (5.4, 5.2, 5.1), ("ladder64", "geglu"): (5.5, 5.3, 5.6),
+          ("ladder96", "relu"): (5.3, 5.0, 5.05), ("ladder96", "geglu"): (5.2, 5.2, float("nan"))}
+
+
+def write_scan(results, losses=LOSSES, steps=(30, 60)):
+    results.mkdir(exist_ok=True)
+    (results / "claims.yaml").write_text(CLAIMS)
+    for (model, ffn), row in losses.items():
+        for lr, loss in zip((1e-3, 3e-3, 1e-2), row):
+            if loss != loss:  # NaN: this scan run has not finished
+                continue
+            for budget in steps:
+                run = results / "runs" / "lad_scan" / f"{model}-{ffn}-{lr:g}-{budget}" / "seed=7"
+                run.mkdir(parents=True)
+                (run / "summary.json").write_text(json.dumps({
+                    "status": "completed", "experiment": "lad_scan", "seed": 7, "steps": budget, "step": budget,
+                    "identity": {"model.name": model, "ffn.name": ffn, "optim.lr": lr, "train.steps": budget},
+                    "final_val_loss": loss + (0.3 if budget == 30 else 0.0)}))
+
+
+def test_the_scan_table_marks_each_choice_and_an_unfinished_row(tmp_path):
+    write_scan(tmp_path)
+    study = load_studies(tmp_path)["lad"]
+    frame = lr_scan.scan_frame(study, tmp_path)
+    assert list(frame.columns) == ["model", "ffn", "lr", "steps", "n", "val_loss", "chosen", "edge"]
+    assert len(frame) == 4 * 3 and set(frame["steps"]) == {60}  # read at select_at, the largest budget
+    picked = frame[frame["chosen"]].set_index(["model", "ffn"])
+    assert picked["lr"].to_dict() == {("ladder64", "relu"): 1e-2, ("ladder64", "geglu"): 3e-3,
+                                      ("ladder96", "relu"): 3e-3}  # ladder96 GEGLU is missing one LR
+    assert picked.loc[("ladder64", "relu"), "edge"] == "high" and picked.loc[("ladder64", "geglu"), "edge"] == ""
+
+    md = lr_scan.to_markdown(study, frame)
+    assert "| model | ffn | lr=0.001 | lr=0.003 | lr=0.01 | chosen | edge |" in md
+    assert "| ladder64 | relu | 5.400 | 5.200 | **5.100** | 0.01 | high |" in md
+    assert "| ladder96 | geglu | 5.200 | 5.200 | — | — | scan unfinished |" in md
+    assert "11 of 12 scan runs finished" in md
+    assert "| ladder64 | 0.01 | 0.003 |" in md and "| ladder96 | 0.003 | — |" in md  # chosen LR by size and FFN
+
+
+def test_the_scan_picks_what_the_study_command_picks_ties_to_the_smaller(tmp_path):
+    losses = {**LOSSES, ("ladder96", "geglu"): (5.2, 5.2, 5.4)}
+    write_scan(tmp_path, losses)
+    study = load_studies(tmp_path)["lad"]
+    frame = lr_scan.scan_frame(study, tmp_path)
+    picked = frame[frame["chosen"]].set_index(["model", "ffn"])["lr"].to_dict()
+    assert picked == {values: c.lr for values, c in choose(study, tmp_path).items()}
+    assert picked[("ladder96", "geglu")] == 1e-3  # the tie at 5.2 goes to the smaller LR
+
+
+def test_make_table_writes_the_scan_files_only_for_studies_with_scan_runs(tmp_path):
+    assert outputs.write_scans(tmp_path / "none") == {}  # no claims file: no study, nothing written
+    write_scan(tmp_path)
+    written = outputs.write_scans(tmp_path)
+    assert [p.name for p in written["lad"]] == ["lad_lr_scan.md", "lad_lr_scan.csv", "lad_lr_scan.png"]
+    assert written["lad"][2].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    csv = pd.read_csv(written["lad"][1])
+    assert csv["chosen"].sum() == 3 and csv.loc[csv["chosen"], "val_loss"].round(3).tolist() == [5.1, 5.3, 5.0]
+    again = {p.name: p.read_bytes() for p in written["lad"]}
+    assert {p.name: p.read_bytes() for p in outputs.write_scans(tmp_path)["lad"]} == again  # byte for byte
+    assert outputs.write_scans(tmp_path, only="other_experiment") == {}
+
+
+@pytest.mark.parametrize("only", ["lad", "lad_scan"])
+def test_only_the_study_experiment_or_its_scan_writes_its_scan(tmp_path, only):
+    write_scan(tmp_path)
+    assert list(outputs.write_scans(tmp_path, only=only)) == ["lad"]
