@@ -70,13 +70,15 @@ def identity_key(key: str) -> str:
     return f"{key}.name" if key in GROUP_KEYS else key
 
 
-def scan_losses(study: Study, results_dir) -> dict:
-    """(row values, lr) -> final validation losses of the scan's finished runs at the selection budget."""
+def scan_losses(study: Study, results_dir, steps: int | None = None) -> dict:
+    """(row values, lr) -> final validation losses of the scan's finished runs at budget `steps` (default: the
+    selection budget)."""
+    steps = study.select_at if steps is None else steps
     found: dict = {}
     keys = [identity_key(k) for k in study.rows]
     for path in sorted((Path(results_dir) / "runs" / study.scan_experiment).glob("*/seed=*/summary.json")):
         s = read_summary(path.parent)
-        if not s or s.get("steps") != study.select_at or s.get("seed") not in study.scan_seeds:
+        if not s or s.get("steps") != steps or s.get("seed") not in study.scan_seeds:
             continue
         ident = s.get("identity", {})
         row = tuple(str(ident.get(k)) for k in keys)

@@ -9,7 +9,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from mbexp.analysis.render import setting
+from mbexp.analysis.studies import cooldown_fraction, per_run_steps
 from mbexp.declarations import Study
+from mbexp.schedule import cooldown_start
 from mbexp.study import best_of, scan_losses
 
 COLUMNS = ("lr", "steps", "n", "val_loss", "chosen", "edge")  # after the study's row keys
@@ -33,6 +35,37 @@ def scan_frame(study: Study, results_dir) -> pd.DataFrame:
     return pd.DataFrame(lines, columns=[*study.rows, *COLUMNS])
 
 
+def halving(study: Study, results_dir) -> tuple[dict, int]:
+    """Successive halving over the LR grid, read from the full scan's runs: every LR trains to the smallest budget
+    and is judged after that budget's cool-down (never on constant-LR losses); the better half (rounded up, ties:
+    the smaller LR) continues to the next budget, up to select_at, where the best is picked. A WSD branch equals a
+    standalone run bit for bit, so these are the losses a halving scan would see. Returns {row (values as text):
+    (picked LR, steps it trains)} for each row whose scan is complete, and the steps the full scan trains per row."""
+    rungs = sorted(b for b in study.budgets if b <= study.select_at)
+    losses = {b: scan_losses(study, results_dir, b) for b in rungs}
+    fraction = cooldown_fraction(study)
+    cooldowns = [b - cooldown_start(b, fraction) for b in rungs]
+    out = {}
+    for values in study.row_values():
+        row = tuple(str(v) for v in values)
+        means = {}
+        for b in rungs:
+            runs = {lr: losses[b].get((row, lr), []) for lr in study.lr_grid}
+            if any(len(r) < len(study.scan_seeds) for r in runs.values()):
+                break
+            means[b] = {lr: sum(r) / len(r) for lr, r in runs.items()}
+        else:
+            alive, steps = list(study.lr_grid), 0
+            for i, b in enumerate(rungs[:-1]):
+                keep = sorted(alive, key=lambda lr, b=b: (means[b][lr], lr))[:math.ceil(len(alive) / 2)]
+                steps += (len(alive) - len(keep)) * (b + sum(cooldowns[:i]))  # stopped after this rung
+                alive = sorted(keep)
+            steps += len(alive) * (rungs[-1] + sum(cooldowns[:-1]))
+            pick = best_of(alive, {lr: means[rungs[-1]][lr] for lr in alive}).lr
+            out[row] = (pick, steps * len(study.scan_seeds))
+    return out, per_run_steps(study) * len(study.lr_grid) * len(study.scan_seeds)
+
+
 def to_csv(frame: pd.DataFrame) -> str:
     return frame.to_csv(index=False, float_format="%.6g", lineterminator="\n")
 
@@ -44,24 +77,35 @@ def _cell(line: pd.Series) -> str:
     return f"**{text}**" if line["chosen"] else text
 
 
-def to_markdown(study: Study, frame: pd.DataFrame) -> str:
-    """The scan as a grid (one line per row, one column per LR, the chosen cell bold) and, for rows of two keys,
-    the chosen LR of each pair: how the optimum moves along the first key, per value of the second."""
-    keys, grid = list(study.rows), list(study.lr_grid)
+def to_markdown(study: Study, frame: pd.DataFrame, halved: tuple[dict, int] = ({}, 0)) -> str:
+    """The scan as a grid (one line per row, one column per LR, the chosen cell bold, and successive halving's pick
+    when `halved` (halving()) has the row) and, for rows of two keys, the chosen LR of each pair: how the optimum
+    moves along the first key, per value of the second."""
+    (keys, grid), (picks, full) = (list(study.rows), list(study.lr_grid)), halved
     finished, total = int(frame["n"].sum()), len(frame) * len(study.scan_seeds)
     lines = [f"**{study.name}** — LR scan: mean final validation log-ppl at {study.select_at} steps over scan "
              f"seed(s) {', '.join(map(str, study.scan_seeds))} (runs in `{study.scan_experiment}`); bold: the LR "
              f"chosen (lowest; ties: the smaller); edge: the best LR is an end of the grid, so the optimum may lie "
              f"beyond it. {finished} of {total} scan runs finished.", "",
-             "| " + " | ".join([*keys, *(f"lr={setting(lr)}" for lr in grid), "chosen", "edge"]) + " |",
-             "|" + "|".join([":---"] * len(keys) + ["---:"] * (len(grid) + 1) + [":---"]) + "|"]
+             "| " + " | ".join([*keys, *(f"lr={setting(lr)}" for lr in grid), "chosen", "edge", "halving"]) + " |",
+             "|" + "|".join([":---"] * len(keys) + ["---:"] * (len(grid) + 1) + [":---", "---:"]) + "|"]
+    same = []
     for values, group in frame.groupby(keys, sort=False):
         chosen = group[group["chosen"]]
         pick = setting(chosen["lr"].iloc[0]) if len(chosen) else "—"
         edge = chosen["edge"].iloc[0] if len(chosen) else "scan unfinished"
         values = values if isinstance(values, tuple) else (values,)
+        found = picks.get(values)
+        if found and len(chosen):
+            same.append(found[0] == chosen["lr"].iloc[0])
         lines.append("| " + " | ".join([*values, *(_cell(line) for _, line in group.iterrows()), pick,
-                                        edge or "—"]) + " |")
+                                        edge or "—", setting(found[0]) if found else "—"]) + " |")
+    if same:
+        spent, full = sum(steps for _, steps in picks.values()), full * len(picks)
+        lines += ["", f"Successive halving (the column `halving`: every LR judged after the smallest budget's "
+                  f"cool-down, the better half continuing to the next budget, read from these runs) picks the "
+                  f"same LR as the full scan in **{sum(same)} of {len(same)} rows**, for {spent:,} scan steps "
+                  f"against {full:,} ({spent / full:.2f} of the full scan)."]
     if len(keys) == 2 and frame["chosen"].any():
         first, second = keys
         picks = frame[frame["chosen"]].pivot(index=first, columns=second, values="lr")

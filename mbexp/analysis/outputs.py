@@ -58,7 +58,7 @@ def write_scans(results_dir, only: str | None = None) -> dict[str, list[Path]]:
         if not frame["n"].any():
             continue
         paths = [Path(results_dir, "tables", f"{study.name}_lr_scan.{ext}") for ext in ("md", "csv")]
-        write_text(paths[0], lr_scan.to_markdown(study, frame))
+        write_text(paths[0], lr_scan.to_markdown(study, frame, lr_scan.halving(study, results_dir)))
         write_text(paths[1], lr_scan.to_csv(frame))
         paths.append(Path(results_dir, "figures", f"{study.name}_lr_scan.png"))
         fig = lr_scan.plot(study, frame)

@@ -56,11 +56,11 @@ def _runs(study: Study, results_dir) -> list[dict]:
 
 def per_run_steps(study: Study) -> int:
     """Steps one (row, LR, seed) of the study trains: the largest budget, plus each smaller budget's cool-down."""
-    top, fraction = study.budgets[-1], _cooldown_fraction(study)
+    top, fraction = study.budgets[-1], cooldown_fraction(study)
     return top + sum(b - cooldown_start(b, fraction) for b in study.budgets[:-1])
 
 
-def _cooldown_fraction(study: Study) -> float:
+def cooldown_fraction(study: Study) -> float:
     return float(dict(o.split("=", 1) for o in study.overrides).get("optim.cooldown_fraction",
                                                                      OptimConfig.cooldown_fraction))
 
