@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mbexp.declarations import CLAIMS_FILE, ClaimsError, Study, load_studies
-from mbexp.io import read_summary
+from mbexp.io import FINISHED, read_summary
 
 GROUP_KEYS = ("norm", "placement", "ffn", "hidden", "model", "arch")  # a row key naming a config group
 
@@ -78,8 +78,8 @@ def scan_losses(study: Study, results_dir, steps: int | None = None) -> dict:
     keys = [identity_key(k) for k in study.rows]
     for path in sorted((Path(results_dir) / "runs" / study.scan_experiment).glob("*/seed=*/summary.json")):
         s = read_summary(path.parent)
-        if not s or s.get("steps") != steps or s.get("seed") not in study.scan_seeds:
-            continue
+        if not s or s.get("steps") != steps or s.get("seed") not in study.scan_seeds or s.get("status") not in FINISHED:
+            continue  # a run still training (or stopped) is missing, not diverged
         ident = s.get("identity", {})
         row = tuple(str(ident.get(k)) for k in keys)
         loss = s.get("final_val_loss") if s.get("status") == "completed" else None

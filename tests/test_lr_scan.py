@@ -8,7 +8,7 @@ import pytest
 
 from mbexp.analysis import lr_scan, outputs
 from mbexp.declarations import load_studies
-from mbexp.study import choose
+from mbexp.study import StudyError, choose
 
 CLAIMS = """\
 studies:
@@ -62,6 +62,17 @@ def test_the_scan_table_marks_each_choice_and_an_unfinished_row(tmp_path):
     assert "| ladder96 | geglu | 5.200 | 5.200 | — | — | scan unfinished |" in md
     assert "11 of 12 scan runs finished" in md
     assert "| ladder64 | 0.01 | 0.003 |" in md and "| ladder96 | 0.003 | — |" in md  # chosen LR by size and FFN
+
+
+def test_a_scan_run_still_training_is_missing_not_diverged(tmp_path):
+    write_scan(tmp_path)
+    summary = next((tmp_path / "runs" / "lad_scan").glob("ladder96-relu-0.01-60/seed=7/summary.json"))
+    summary.write_text(summary.read_text().replace('"completed"', '"running"'))
+    study = load_studies(tmp_path)["lad"]
+    line = lr_scan.scan_frame(study, tmp_path).query("model == 'ladder96' and ffn == 'relu' and lr == 0.01")
+    assert line["n"].tolist() == [0] and not line["chosen"].any()
+    with pytest.raises(StudyError, match="2 scan run.s. unfinished"):
+        choose(study, tmp_path)
 
 
 def test_the_scan_picks_what_the_study_command_picks_ties_to_the_smaller(tmp_path):
