@@ -30,10 +30,10 @@ $(STAMP): pyproject.toml
 install: $(STAMP) ## create .venv with torch (TORCH=... to choose), the package and its dev tools
 
 test: install ## run the whole test suite
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal
 
 test-fast: install ## the test suite without the tests marked slow (real sweeps, multi-process runs)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal -m "not slow"
 
 lint: install ## ruff check of the package, scripts and tests
 	$(BIN)/ruff check mbexp scripts tests

@@ -2,8 +2,12 @@
 
 import os
 
-import pytest
-import torch
+# Every test process, and each run it starts, computes on one thread: tiny tensors gain nothing from a second, and
+# the two test workers of `make test` (pytest -n 2) would otherwise oversubscribe two cores. Set before torch loads.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 from mbexp.config import DataConfig
 from mbexp.data import TokenData, prepare

@@ -27,7 +27,10 @@ def committed(folder: str) -> list[Path]:
 
 
 def _experiment(figure: Path) -> str:
-    """results/figures/<experiment>_<figure>.png -> <experiment>; figure names hold no "_" but <key>_tuned."""
+    """results/figures/<experiment>_<figure>.png -> <experiment>; figure names hold no "_" but <key>_tuned. A
+    study's <study>_lr_scan.png goes with its table, tables/<study>_lr_scan.md."""
+    if figure.stem.endswith("_lr_scan"):
+        return figure.stem
     experiment = figure.stem.rsplit("_", 1)[0]
     return experiment.rsplit("_", 1)[0] if figure.stem.endswith("_tuned") else experiment
 

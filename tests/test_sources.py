@@ -88,7 +88,8 @@ def test_make_help_lists_every_target_once():
     listed = re.findall(r"^  make (\S+)\s+\S", shown, re.M)
     assert sorted(listed) == sorted(targets) and len(set(targets)) == len(targets)
     assert {"test", "test-fast", "lint", "gpu-check", "wheelhouse", "check-wheelhouse"} <= set(listed)
-    assert re.search(r'^test-fast:.*\n\t.*pytest -q -m "not slow"$', makefile, re.M)
+    assert re.search(r'^test:.*\n\t.*pytest -q -n 2 --dist worksteal$', makefile, re.M)  # the whole suite
+    assert re.search(r'^test-fast:.*\n\t.*pytest -q -n 2 --dist worksteal -m "not slow"$', makefile, re.M)
 
 
 def test_ci_lints_then_runs_the_whole_suite():

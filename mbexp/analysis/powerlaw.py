@@ -74,6 +74,14 @@ def fit(points: pd.DataFrame, start: np.ndarray | None = None, *, zero_floor: bo
         a, alpha = np.asarray(ab[:k]), np.asarray(ab[k:])
         return e + np.exp(a[which] - alpha[which] * x)
 
+    rows = np.arange(len(y))
+
+    def jacobian(_, *p):  # ∂model/∂(E, log A_1..k, α_1..k), in closed form: no finite differences
+        g = _model_parts(np.asarray(p), x, which, k)[1]
+        out = np.zeros((len(y), len(p)))
+        out[:, 0], out[rows, 1 + which], out[rows, 1 + k + which] = 1.0, g, -x * g
+        return out
+
     low = [0.0] + [-np.inf] * k + [ALPHA_BOUNDS[0]] * k
     high = [ZERO_FLOOR if zero_floor else y.min() * (1 - 1e-9)] + [np.inf] * k + [ALPHA_BOUNDS[1]] * k
     fractions = (0.0,) if zero_floor else E_STARTS
@@ -84,7 +92,7 @@ def fit(points: pd.DataFrame, start: np.ndarray | None = None, *, zero_floor: bo
             with warnings.catch_warnings():  # no covariance when points = parameters: only the fit is used
                 warnings.simplefilter("ignore", OptimizeWarning)
                 params, _ = curve_fit(model, np.arange(len(y)), y, p0=np.clip(p0, low, np.nextafter(high, 0)),
-                                      bounds=(low, high), max_nfev=2000)
+                                      bounds=(low, high), max_nfev=2000, jac=jacobian)
         except RuntimeError:  # no convergence from this start
             continue
         sse = float(np.sum((model(None, *params) - y) ** 2))
