@@ -205,7 +205,8 @@ def readme_block(results: list[Result], trends: list[dict] = ()) -> str:
         "([rules](docs/table.md#declarations-confirmatory-or-exploratory)).", "", *lines])
 
 
-def results_page(results: list[Result], trends: list[dict] = (), costs: list[str] = ()) -> str:
+def results_page(results: list[Result], trends: list[dict] = (), costs: list[str] = (), scans: list[str] = ()
+                 ) -> str:
     """docs/results.md's generated part: the claims table, per claim its family with every statistic, the ladders."""
     out = ["## Claims", "", claims_markdown(results)]
     for r in results:
@@ -227,11 +228,18 @@ def results_page(results: list[Result], trends: list[dict] = (), costs: list[str
                 "its study's scan chose ([studies.md](studies.md)).", "", side, ""]
     if costs:  # the declared studies' compute against the naive grid of separate runs
         out += ["## Declared studies: compute", "", *costs, "", "([studies.md](studies.md#cost))", ""]
+    out += [f"- `{study}`: LR scan [table](../results/tables/{study}_lr_scan.md), "
+            f"[figure](../results/figures/{study}_lr_scan.png)" for study in scans] + ([""] if scans else [])
     experiments = sorted({r.claim.experiment for r in results if r.present})  # those with runs
     out += ["## Tables and figures", ""]
     out += [f"- `{exp}`: [table](../results/tables/{exp}.md), [forest plot](../results/figures/{exp}_forest.png)"
             for exp in experiments]
     return "\n".join(out).rstrip() + "\n"
+
+
+def scan_tables(results_dir) -> list[str]:
+    """The declared studies whose LR scan `make table` wrote (tables/<study>_lr_scan.md)."""
+    return sorted(p.name.removesuffix("_lr_scan.md") for p in Path(results_dir, "tables").glob("*_lr_scan.md"))
 
 
 def claim_section(r: Result) -> list[str]:
@@ -303,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
         trends = ladder_trends(args.results)
         texts = {path: splice(path.read_text(encoding="utf-8"), begin, end, block) for path, begin, end, block in
                  ((args.readme, CLAIMS_BEGIN, CLAIMS_END, readme_block(results, trends)),
-                  (args.page, RESULTS_BEGIN, RESULTS_END, results_page(results, trends, cost_lines(args.results))),
+                  (args.page, RESULTS_BEGIN, RESULTS_END,
+                   results_page(results, trends, cost_lines(args.results), scan_tables(args.results))),
                   (args.table_doc, example.EXAMPLE_BEGIN, example.EXAMPLE_END, example_block()))}
     except (ClaimsError, ValueError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
