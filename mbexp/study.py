@@ -149,6 +149,9 @@ def main(argv: list[str] | None = None) -> None:
     except (StudyError, ClaimsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt:  # Ctrl-C: the run in progress kept its checkpoint (mbexp.train says so)
+        print(f"interrupted: rerun python -m mbexp.study {args.name} to resume", file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 from tiny import REPO, summaries
 
+from mbexp import study as study_cli
 from mbexp.analysis import studies
 from mbexp.analysis.table import build_tables
 from mbexp.declarations import ClaimsError, load_studies, parse_study
@@ -46,6 +47,19 @@ def test_a_study_refuses_a_seed_that_both_scans_and_confirms():
         parse_study("s", spec, "claims file x")
     with pytest.raises(ClaimsError, match="select_at=9 is not one of the budgets"):
         parse_study("s", spec | {"seeds": [1], "select_at": 9}, "claims file x")
+
+
+def test_ctrl_c_during_a_study_is_one_line_and_exit_130(tmp_path, monkeypatch, capsys):
+    (tmp_path / "claims.yaml").write_text(STUDY.format(cache=tmp_path))
+
+    def interrupted(argv):
+        raise KeyboardInterrupt  # Ctrl-C reaches the study while it waits for a sweep
+
+    monkeypatch.setattr(study_cli.subprocess, "call", interrupted)
+    with pytest.raises(SystemExit) as stop:
+        study_cli.main(["tiny", "--results", str(tmp_path)])
+    assert stop.value.code == 130
+    assert capsys.readouterr().err == "interrupted: rerun python -m mbexp.study tiny to resume\n"
 
 
 @pytest.mark.slow
