@@ -40,10 +40,11 @@ def load_study(results_dir, name: str) -> Study:
 
 def _sweep(study: Study, name: str, seeds, lrs, rows: list[str], jobs: int, results_dir: str) -> list[str]:
     budgets = ",".join(str(b) for b in study.budgets)
-    argv = [sys.executable, "-m", "mbexp.train", "-m", f"+experiment={study.experiment}", f"name={name}",
+    # rows first: the sweep's outer loop, so each row's scan completes (and can be read) before the next starts
+    argv = [sys.executable, "-m", "mbexp.train", "-m", f"+experiment={study.experiment}", f"name={name}", *rows,
             "optim.schedule=wsd", f"train.budgets=[{budgets}]", f"train.steps={study.budgets[-1]}",
             f"optim.lr={','.join(_lr(v) for v in lrs)}", f"seed={','.join(str(s) for s in seeds)}",
-            f"results_dir={results_dir}", *rows, *study.overrides]
+            f"results_dir={results_dir}", *study.overrides]
     if jobs > 1:
         argv += ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={jobs}"]
     return argv
