@@ -108,13 +108,13 @@ def to_markdown(study: Study, frame: pd.DataFrame, halved: tuple[dict, int] = ({
                   f"against {full:,} ({spent / full:.2f} of the full scan)."]
     if len(keys) == 2 and frame["chosen"].any():
         first, second = keys
-        picks = frame[frame["chosen"]].pivot(index=first, columns=second, values="lr")
-        picks = picks.reindex(index=list(dict.fromkeys(frame[first])), columns=list(dict.fromkeys(frame[second])))
+        by_pair = frame[frame["chosen"]].pivot(index=first, columns=second, values="lr").reindex(
+            index=list(dict.fromkeys(frame[first])), columns=list(dict.fromkeys(frame[second])))
         lines += ["", f"The chosen LR by {first} and {second}:", "",
-                  "| " + " | ".join([first, *picks.columns]) + " |", "|" + "|".join([":---"] + ["---:"] *
-                                                                                   len(picks.columns)) + "|"]
+                  "| " + " | ".join([first, *by_pair.columns]) + " |",
+                  "|" + "|".join([":---"] + ["---:"] * len(by_pair.columns)) + "|"]
         lines += ["| " + " | ".join([str(index), *("—" if pd.isna(v) else setting(v) for v in row)]) + " |"
-                  for index, row in picks.iterrows()]
+                  for index, row in by_pair.iterrows()]
     return "\n".join(lines) + "\n"
 
 
