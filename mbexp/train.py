@@ -18,7 +18,6 @@ from hydra.errors import CompactHydraException, HydraException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from mbexp import distributed
 from mbexp.config import CONF_DIR, Config, ConfigError, register, to_object
 from mbexp.corpus import CorpusError, fingerprint
 from mbexp.declarations import ClaimsError
@@ -35,10 +34,7 @@ from mbexp.preflight import (
     split_commands,
     sweep_of,
 )
-from mbexp.run_state import failure_text
 from mbexp.runs import run_dir
-from mbexp.speed import resolve_precision
-from mbexp.trainer import resolve_device, train
 
 log = logging.getLogger("mbexp")
 MULTIRUN_FLAGS = ("-m", "--multirun")
@@ -67,6 +63,8 @@ BUSY = 3  # the exit code of a command that left some run to another process (do
 
 def _failure(cfg: DictConfig, exc: Exception) -> str:
     """What failed, and where to look: the run's summary.json only if this failure was written there."""
+    from mbexp.run_state import failure_text
+
     directory, error = getattr(exc, "run_dir", None) or _planned_dir(cfg), failure_text(exc)
     # a disk that takes no writes may hold no log either; a rerun resumes from the last checkpoint
     then = "; rerun the same command to resume once the disk takes writes" if write_error(exc) else "; see the log"
@@ -82,6 +80,9 @@ def _failure(cfg: DictConfig, exc: Exception) -> str:
 
 def _planned_dir(cfg: DictConfig) -> Path:
     """The run directory of a run that failed before train() knew it: precision=auto as the hardware decides."""
+    from mbexp.speed import resolve_precision
+    from mbexp.trainer import resolve_device
+
     c = to_object(cfg)
     try:
         c.data.fingerprint = fingerprint(c.data.name, path=c.data.path, max_docs=c.data.max_docs)
@@ -93,6 +94,8 @@ def _planned_dir(cfg: DictConfig) -> Path:
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def _job(cfg: DictConfig) -> float | None:
+    from mbexp.trainer import train  # torch loads here: a command the pre-flight stops never waits for it
+
     if os.environ.get(SKIP_ENV):  # a combination the pre-flight named and recorded as skipped
         try:
             to_object(cfg)
@@ -214,6 +217,8 @@ def main() -> None:
         print("interrupted: the runs' checkpoints are kept; rerun the same command to resume", file=sys.stderr)
         sys.exit(130)
     finally:
+        from mbexp import distributed
+
         distributed.shutdown()
         for override in moved[:1]:
             shutil.rmtree(override.partition("=")[2], ignore_errors=True)

@@ -1,6 +1,9 @@
-"""The package's imports run one way: the graph of imports between mbexp's modules has no circle."""
+"""The package's imports run one way: the graph of imports between mbexp's modules has no circle; and the command
+line's pre-flight runs without torch."""
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import mbexp
@@ -75,3 +78,12 @@ def test_the_check_finds_issue_23s_circle_deferred_imports_included(tmp_path):
     (tmp_path / "pkg/model/norms.py").write_text("from pkg import names\n")  # the rule moved to names: one way
     graph = import_graph(tmp_path / "pkg")
     assert graph["pkg.model.norms"] == {"pkg.names"} and find_circle(graph) is None
+
+
+def test_a_bad_value_is_refused_before_torch_loads():
+    # the pre-flight needs no torch: a typo costs a fraction of a second, not torch's import
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "mbexp.train", "optim.lr=nan"],
+                          cwd=PACKAGE.parent, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "error: optim.lr=nan must be a finite number" in proc.stderr, proc.stderr[-2000:]
+    loaded = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert {"hydra", "mbexp.preflight"} <= loaded and "torch" not in loaded
