@@ -46,14 +46,15 @@ def shared_floor(points: pd.DataFrame, start=None) -> tuple[dict, np.ndarray]:
     return fit(points, start=start)
 
 
-def form_trends(points: pd.DataFrame, baseline: str, fitter, resamples: int) -> dict[str, tuple]:
+def form_trends(points: pd.DataFrame, baseline: str, fitter, resamples: int, draws=None) -> dict[str, tuple]:
     """Per variant, its multiplier trend along the ladder under `fitter`: (verdict, ratio, low, high); the
-    bootstrap's refits start from the fit to the means."""
+    bootstrap's refits start from the fit to the means (`draws`: that bootstrap, where the caller has it)."""
     curves, params = fitter(points)
     base = curves[baseline]
     points = points.assign(multiplier=[multiplier(base, curves[v], c)
                                        for v, c in zip(points["variant"], points["compute"])])
-    draws = ladder_draws.bootstrap(points, baseline, params, resamples, lambda p, start: fitter(p, start)[0])
+    if draws is None:
+        draws = ladder_draws.bootstrap(points, baseline, params, resamples, lambda p, start: fitter(p, start)[0])
     points["multiplier_low"], points["multiplier_high"] = ladder_draws.interval(draws)
     out = {}
     for name in points["variant"].unique():
@@ -64,9 +65,10 @@ def form_trends(points: pd.DataFrame, baseline: str, fitter, resamples: int) -> 
     return out
 
 
-def panel(points: pd.DataFrame, baseline: str, resamples: int) -> pd.DataFrame:
+def panel(points: pd.DataFrame, baseline: str, resamples: int, shared=None) -> pd.DataFrame:
     """The trend of every variant's multiplier under each form (one budget's points; the shared floor first): rows
-    variant, form, trend, ratio, low, high. A form that cannot be fitted (too few sizes left) is left out."""
+    variant, form, trend, ratio, low, high. A form that cannot be fitted (too few sizes left) is left out.
+    `shared`: the shared-floor fit's bootstrap draws, where the fit already drew them (the same seeded draws)."""
     forms = dict(zip(FORMS, (shared_floor, separate_floors, zero_floor)))
     sizes = list(points.sort_values("params_non_embedding")["size"].unique())
     rows = []
@@ -77,7 +79,7 @@ def panel(points: pd.DataFrame, baseline: str, resamples: int) -> pd.DataFrame:
             if ladder_draws.too_few(mine):
                 continue
         try:
-            trends = form_trends(mine, baseline, fitter, resamples)
+            trends = form_trends(mine, baseline, fitter, resamples, shared if form == FORMS[0] else None)
         except RuntimeError:
             continue
         rows += [{"variant": v, "form": form, "trend": t, "ratio": r, "low": lo, "high": hi}
@@ -95,12 +97,13 @@ def verdict(trends: list[str]) -> str:
 
 
 def read_trends(points: pd.DataFrame, group: pd.DataFrame, rows: list[dict], baseline: str, budget, resamples: int,
-                panels: list | None) -> None:
+                panels: list | None, draws=None) -> None:
     """To each curve's row of one budget: its fit-free reading (analysis/trend.py: the paired Δ's slope over ln N)
-    and, with `panels` (a list the budget's panel rows are appended to), the panel's verdict."""
+    and, with `panels` (a list the budget's panel rows are appended to), the panel's verdict (`draws`: the
+    shared-floor fit's bootstrap)."""
     from mbexp.analysis.trend import ladder_deltas, trend
 
-    found = panel(group, baseline, resamples) if panels is not None else None
+    found = panel(group, baseline, resamples, draws) if panels is not None else None
     if found is not None:
         panels.append(found.assign(budget=budget))
     for row in rows:

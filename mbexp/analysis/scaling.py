@@ -212,7 +212,7 @@ def _fit_budget(points: pd.DataFrame, idx: pd.Index, baseline: str, budget, resa
                      "points": len(mine), **{f"lof_{k}": v for k, v in own.items()},
                      **{f"fit_lof_{k}": v for k, v in whole.items()}, **extra})
     if base is not None:
-        ladder_checks.read_trends(points, group, rows, baseline, budget, resamples, panels)
+        ladder_checks.read_trends(points, group, rows, baseline, budget, resamples, panels, draws)
     return rows
 
 
