@@ -135,6 +135,9 @@ def plot(study: Study, frame: pd.DataFrame) -> Figure:
             ax.plot(best["lr"], best["val_loss"], marker="o", markersize=10, markerfacecolor="none",
                     linestyle="none", color=f"C{i % 10}")
         ax.set_xscale("log")
+        grid = sorted(set(shown["lr"]))  # the grid's own values as ticks: minor log ticks would overlap them
+        ax.set_xticks(grid, [f"{v:g}" for v in grid])
+        ax.minorticks_off()
         ax.set(xlabel="learning rate", title=f"{keys[-1]}={panel}" if panel is not None else study.name)
         ax.legend(fontsize=7, title=keys[0], title_fontsize=7)
     axes[0].set_ylabel(f"validation log-ppl at {study.select_at} steps (ring: chosen)")
