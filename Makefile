@@ -24,7 +24,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	@# torch first, and only if missing: a bare `torch` requirement would pull a multi-GB CUDA build
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -e ".[dev]"
+	@# the rest with uv (parallel downloads and byte-compiling), or with pip where uv cannot be had or fails
+	{ $(BIN)/python -m pip install -q uv && $(BIN)/python -m uv pip install -q --python $(BIN)/python \
+	  --compile-bytecode -e ".[dev]"; } || $(BIN)/python -m pip install -q -e ".[dev]"
 	@touch $(STAMP)
 
 install: $(STAMP) ## create .venv with torch (TORCH=... to choose), the package and its dev tools
