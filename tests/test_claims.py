@@ -49,7 +49,7 @@ def test_a_two_row_family_gets_holm_over_its_own_two_comparisons(tmp_path):
 
 def test_family_holm_matches_statsmodels(tmp_path):
     """statsmodels 0.15's multipletests(raw, method="holm") on this family's raw p's (0.0040900, 0.0421585) gives
-    (0.0081800, 0.0421585); statsmodels is not a dependency, so its output is written down here."""
+    (0.0081800, 0.0421585), written down here as it printed them."""
     sweep(tmp_path)
     got = result(tmp_path).comparisons
     assert [c.interval.p for c in got] == pytest.approx([0.0040900, 0.0421585], abs=1e-7)
