@@ -217,9 +217,9 @@ def main() -> None:
         print("interrupted: the runs' checkpoints are kept; rerun the same command to resume", file=sys.stderr)
         sys.exit(130)
     finally:
-        from mbexp import distributed
-
-        distributed.shutdown()
+        distributed = sys.modules.get("mbexp.distributed")  # loaded only by a job: --help or --cfg needs no torch
+        if distributed is not None:
+            distributed.shutdown()
         for override in moved[:1]:
             shutil.rmtree(override.partition("=")[2], ignore_errors=True)
 

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import mbexp
 
 PACKAGE = Path(mbexp.__file__).resolve().parent
@@ -87,3 +89,13 @@ def test_a_bad_value_is_refused_before_torch_loads():
     assert proc.returncode == 2 and "error: optim.lr=nan must be a finite number" in proc.stderr, proc.stderr[-2000:]
     loaded = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
     assert {"hydra", "mbexp.preflight"} <= loaded and "torch" not in loaded
+
+
+@pytest.mark.parametrize("flag", [["--help"], ["--cfg", "job"]])
+def test_help_and_the_printed_config_load_no_torch(flag):
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "mbexp.train", *flag, "norm=rms"],
+                          cwd=PACKAGE.parent, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert ("norm:\n  name: rms" in proc.stdout) if flag[0] == "--cfg" else ("== Config ==" in proc.stdout)
+    loaded = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "hydra" in loaded and "torch" not in loaded
