@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from tiny import REPO, mbexp_train, overrides, summaries
 
-from mbexp.analysis import ladder_render, outputs, powerlaw, scaling, table
+from mbexp.analysis import ladder_draws, ladder_render, outputs, powerlaw, scaling, table
 from mbexp.analysis.collect import collect_runs
 from mbexp.analysis.powerlaw import Curve
 
@@ -154,6 +154,23 @@ def test_the_fit_does_not_depend_on_where_the_solver_stops(tmp_path):
     curves, params = powerlaw.fit(points)
     again, _ = powerlaw.fit(points, start=params * (1 + 1e-6 * np.arange(len(params))))
     assert curves == again
+
+
+def test_a_refit_from_a_floor_at_its_bound_is_the_refit_from_inside():
+    """The committed ladder's 200-step floor is at its bound E = 0: bootstrap refits from there hold E at 0 first and
+    free it where the gradient says so; a refit from E = 0.05 (the trust region alone) reaches the same optimum."""
+    points, _ = scaling.ladder_points(committed_ladder())
+    points = points[scaling.budgets(points) == 200]
+    _, params = powerlaw.fit(points)
+    assert params[0] == 0.0
+    rng, losses, freed = np.random.default_rng(0), [s.to_numpy() for s in points["losses"]], 0
+    for _ in range(12):
+        draw = points.assign(loss=ladder_draws.resampled_means(losses, rng))
+        held, p_held = powerlaw.fit(draw, start=params)
+        inside, p_inside = powerlaw.fit(draw, start=np.r_[0.05, params[1:]])
+        assert p_held == pytest.approx(p_inside, rel=1e-12, abs=1e-12)
+        freed += p_held[0] > 0
+    assert 0 < freed < 12  # both cases met: E kept at 0, and E freed
 
 
 def test_planted_crossover_is_found_and_parallel_curves_have_none(tmp_path):

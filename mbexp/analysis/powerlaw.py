@@ -84,30 +84,50 @@ def fit(points: pd.DataFrame, start: np.ndarray | None = None, *, zero_floor: bo
 
     low = [0.0] + [-np.inf] * k + [ALPHA_BOUNDS[0]] * k
     high = [ZERO_FLOOR if zero_floor else y.min() * (1 - 1e-9)] + [np.inf] * k + [ALPHA_BOUNDS[1]] * k
+    bounds = (np.asarray(low), np.asarray(high))
+
+    def solve(starts: list, box: tuple) -> np.ndarray | None:
+        best, best_sse = None, math.inf
+        for p0 in starts:
+            try:
+                with warnings.catch_warnings():  # no covariance when points = parameters: only the fit is used
+                    warnings.simplefilter("ignore", OptimizeWarning)
+                    params, _ = curve_fit(model, np.arange(len(y)), y, p0=np.clip(p0, box[0], np.nextafter(box[1], 0)),
+                                          bounds=box, max_nfev=2000, jac=jacobian)
+            except RuntimeError:  # no convergence from this start
+                continue
+            sse = float(np.sum((model(None, *params) - y) ** 2))
+            if sse < best_sse:
+                best, best_sse = params, sse
+        return best
+
+    if start is not None and start[0] <= 0 and not zero_floor:
+        # a refit from an optimum with E at its bound 0: the trust region creeps towards a bound, so E is held
+        # at 0 first; the polish frees it where the gradient pulls it inside
+        held = solve([start], (low, [ZERO_FLOOR] + high[1:]))
+        polished = None if held is None else _polish(held, x, y, which, k, bounds)
+        if polished is not None:
+            return _curves(names, polished, centre), polished
     fractions = (0.0,) if zero_floor else E_STARTS
-    starts = [start] if start is not None else [_start(x, y, which, k, f * y.min()) for f in fractions]
-    best, best_sse = None, math.inf
-    for p0 in starts:
-        try:
-            with warnings.catch_warnings():  # no covariance when points = parameters: only the fit is used
-                warnings.simplefilter("ignore", OptimizeWarning)
-                params, _ = curve_fit(model, np.arange(len(y)), y, p0=np.clip(p0, low, np.nextafter(high, 0)),
-                                      bounds=(low, high), max_nfev=2000, jac=jacobian)
-        except RuntimeError:  # no convergence from this start
-            continue
-        sse = float(np.sum((model(None, *params) - y) ** 2))
-        if sse < best_sse:
-            best, best_sse = params, sse
+    best = solve([start] if start is not None else [_start(x, y, which, k, f * y.min()) for f in fractions],
+                 (low, high))
     if best is None:
         raise RuntimeError("the power-law fit did not converge")
-    best = _polish(best, x, y, which, k, (np.asarray(low), np.asarray(high)))
-    e, a, alpha = best[0], best[1:k + 1], best[k + 1:]
-    return {n: Curve(float(e), float(a[i] + alpha[i] * centre), float(alpha[i])) for i, n in enumerate(names)}, best
+    polished = _polish(best, x, y, which, k, bounds)
+    best = best if polished is None else polished  # a stalled polish keeps the trust-region answer
+    return _curves(names, best, centre), best
 
 
-def _polish(params: np.ndarray, x, y, which, k: int, bounds: tuple) -> np.ndarray:
+def _curves(names: list, p: np.ndarray, centre: float) -> dict[str, Curve]:
+    k = len(names)
+    e, a, alpha = p[0], p[1:k + 1], p[k + 1:]
+    return {n: Curve(float(e), float(a[i] + alpha[i] * centre), float(alpha[i])) for i, n in enumerate(names)}
+
+
+def _polish(params: np.ndarray, x, y, which, k: int, bounds: tuple) -> np.ndarray | None:
     """The trust-region answer refined by Newton steps in extended precision, a parameter at a bound held there: the
-    optimum then depends neither on the BLAS's rounding nor on the solver's stopping point (docs/table.md)."""
+    optimum then depends neither on the BLAS's rounding nor on the solver's stopping point (docs/table.md); None
+    where the steps stall."""
     low, high = (np.asarray(b, dtype=np.longdouble) for b in bounds)
     p, x, y = params.astype(np.longdouble), x.astype(np.longdouble), y.astype(np.longdouble)
     fixed = np.zeros(len(p), bool)
@@ -122,8 +142,8 @@ def _polish(params: np.ndarray, x, y, which, k: int, bounds: tuple) -> np.ndarra
         step = np.zeros_like(p)
         solved = _cholesky_solve(hess[free] + damping * scale * np.eye(len(free[0])), grad[~fixed])
         if solved is None or damping > 1e6:
-            if damping > 1e6:  # no way down: keep the trust-region answer
-                return params
+            if damping > 1e6:  # no way down
+                return None
             damping = max(damping * 10, 1e-12)
             continue
         step[~fixed] = solved
@@ -139,7 +159,7 @@ def _polish(params: np.ndarray, x, y, which, k: int, bounds: tuple) -> np.ndarra
             if not release.any():
                 return p.astype(float)
             fixed &= ~release
-    return params
+    return None
 
 
 POLISH_STEPS = 200
