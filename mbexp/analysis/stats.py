@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from scipy import stats
+from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestPower
 from statsmodels.stats.weightstats import DescrStatsW, ttost_ind
 
@@ -63,18 +64,12 @@ def _interval(delta: float, var_of_mean: float, df: float, level: float, method:
 
 
 def holm(pvalues) -> np.ndarray:
-    """Holm–Bonferroni adjusted p-values, statsmodels' multipletests(method="holm") arithmetic step for step (its
-    call runs gc.collect() each time); NaN entries are not comparisons, stay NaN."""
+    """Holm–Bonferroni adjusted p-values (statsmodels' multipletests); NaN entries are not comparisons, stay NaN."""
     p = np.asarray(pvalues, float)
     out = np.full(p.shape, math.nan)
     keep = ~np.isnan(p)
     if keep.any():
-        raw = p[keep]
-        order = np.argsort(raw)
-        adjusted = np.minimum(np.maximum.accumulate(raw[order] * np.arange(len(raw), 0, -1)), 1.0)
-        unsorted = np.empty_like(adjusted)
-        unsorted[order] = adjusted
-        out[keep] = unsorted
+        out[keep] = multipletests(p[keep], method="holm")[1]
     return out
 
 
