@@ -82,12 +82,17 @@ def test_the_check_finds_issue_23s_circle_deferred_imports_included(tmp_path):
     assert graph["pkg.model.norms"] == {"pkg.names"} and find_circle(graph) is None
 
 
+def imported(stderr: str) -> set[str]:
+    """The modules a `python -X importtime` process loaded, read from its stderr."""
+    return {line.rsplit("|", 1)[1].strip() for line in stderr.splitlines() if line.startswith("import time:")}
+
+
 def test_a_bad_value_is_refused_before_torch_loads():
     # the pre-flight needs no torch: a typo costs a fraction of a second, not torch's import
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "mbexp.train", "optim.lr=nan"],
                           cwd=PACKAGE.parent, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "error: optim.lr=nan must be a finite number" in proc.stderr, proc.stderr[-2000:]
-    loaded = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    loaded = imported(proc.stderr)
     assert {"hydra", "mbexp.preflight"} <= loaded and "torch" not in loaded
 
 
@@ -97,5 +102,5 @@ def test_help_and_the_printed_config_load_no_torch(flag):
                           cwd=PACKAGE.parent, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert ("norm:\n  name: rms" in proc.stdout) if flag[0] == "--cfg" else ("== Config ==" in proc.stdout)
-    loaded = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    loaded = imported(proc.stderr)
     assert "hydra" in loaded and "torch" not in loaded
