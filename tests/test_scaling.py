@@ -156,6 +156,21 @@ def test_the_fit_does_not_depend_on_where_the_solver_stops(tmp_path):
     assert curves == again
 
 
+def test_the_written_out_solve_rounds_as_numpy_does():
+    """The polish's Cholesky solve sums in np.sum's order (so the committed fits keep their bytes) and solves."""
+    rng = np.random.default_rng(0)
+    for n in (*range(20), 130):
+        terms = rng.standard_normal(n).astype(np.longdouble) * np.longdouble("1.000000000000000001")
+        assert powerlaw._sum(terms.tolist(), np.longdouble(0)) == np.sum(terms), n
+    for n in (1, 5, 12):
+        m = rng.standard_normal((n + 3, n)).astype(np.longdouble)
+        a, b = m.T @ m, rng.standard_normal(n).astype(np.longdouble)
+        solved = powerlaw._cholesky_solve(a, b)
+        assert solved.dtype == np.longdouble and np.allclose(a @ solved, b, rtol=0, atol=1e-14)
+        a[0, 0] = -1.0  # not positive definite
+        assert powerlaw._cholesky_solve(a, b) is None
+
+
 def test_a_refit_from_a_floor_at_its_bound_is_the_refit_from_inside():
     """The committed ladder's 200-step floor is at its bound E = 0: bootstrap refits from there hold E at 0 first and
     free it where the gradient says so; a refit from E = 0.05 (the trust region alone) reaches the same optimum."""

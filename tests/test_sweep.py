@@ -24,16 +24,9 @@ def test_users_exact_command_gives_three_runs_and_three_wandb_runs_in_one_group(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("where", ["first", "last", "--multirun", "budget-after"])
-def test_multirun_flag_anywhere(tmp_path, cache, where):
-    budget = clean(overrides(tmp_path, cache, "train.steps=10"))
-    sweep = ["norm=rms", "ffn=swiglu", "seed=0,1"]
-    args = {
-        "first": ["-m", *sweep, *budget],
-        "last": [*sweep, *budget, "-m"],
-        "--multirun": [*sweep[:1], "--multirun", *sweep[1:], *budget],
-        "budget-after": [*sweep[:2], "-m", *budget[:3], sweep[2], *budget[3:]],
-    }[where]
+def test_the_long_multirun_flag_last(tmp_path, cache):
+    """--multirun after every override sweeps too (the flag's other places: test_rules.py)."""
+    args = ["norm=rms", "ffn=swiglu", "seed=0,1", *clean(overrides(tmp_path, cache, "train.steps=10")), "--multirun"]
     proc = mbexp_train(args)
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = summaries(tmp_path / "results")
