@@ -1,5 +1,6 @@
 """The table's statistics with hand-known numbers: Holm, TOST, marks, the t-intervals, choices, sensitivity."""
 
+import gc
 import math
 
 import numpy as np
@@ -25,6 +26,7 @@ def test_holm_by_hand():
     assert adjusted[:4] == pytest.approx([0.03, 0.06, 0.06, 0.02])
     assert math.isnan(adjusted[4])
     assert stats.holm([0.6, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1
+    assert gc.get_freeze_count() == 0 and gc.isenabled()  # the objects it froze for statsmodels' collect are thawed
 
 
 def test_holm_on_the_ffn_reference_p_values():
