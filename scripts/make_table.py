@@ -21,6 +21,13 @@ def baseline_arg(text: str) -> tuple[str, str]:
     return experiment, row
 
 
+def refits(text: str) -> int:
+    """Parse a number of bootstrap refits: an integer of at least 20 (a 95% interval from fewer is its extremes)."""
+    if not text.isdigit() or int(text) < 20:
+        raise argparse.ArgumentTypeError(f"expected an integer of at least 20, got {text!r}")
+    return int(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Exit 0: tables written (or no runs at all); 1: a malformed input, nothing finished but some runs left
     unfinished, or a folder that takes no writes; 2: bad arguments (argparse's code), a missing --results, a bad
@@ -89,6 +96,8 @@ def _main(argv: list[str] | None) -> int:
                         help=f"config key chosen per row on validation when swept (default: {table.TUNE})")
     parser.add_argument("--margin", type=float, default=table.MARGIN,
                         help=f"equivalence margin in nats for the TOST mark (default: {table.MARGIN})")
+    parser.add_argument("--resamples", type=refits, default=200, metavar="N",
+                        help="bootstrap refits of a size ladder's fit (default: 200, as the committed tables)")
     parser.add_argument("--only", metavar="EXPERIMENT",
                         help="this experiment only: its tables, figures and W&B run (other files untouched)")
     parser.add_argument("--wandb", action=argparse.BooleanOptionalAction, default=True,
@@ -137,7 +146,7 @@ def _tables(args) -> int:
         only = f" of experiment {args.only}" if args.only else ""
         print(f"no finished runs{only} under {args.results / 'runs'} — run python -m mbexp.train first")
         return 0
-    written = outputs.write_outputs(args.results, tables)
+    written = outputs.write_outputs(args.results, tables, args.resamples)
     for experiment, paths in written.items():
         print(f"## {experiment} → {', '.join(map(str, paths))}\n")
         print(render.to_markdown(tables[experiment]))

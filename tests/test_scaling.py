@@ -296,10 +296,11 @@ def test_real_tiny_ladder_end_to_end(tmp_path, cache):
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = tmp_path / "results"
     assert len(summaries(results)) == 12
-    done = subprocess.run([sys.executable, "scripts/make_table.py", "--results", str(results), "--no-wandb"],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "scripts/make_table.py", "--results", str(results), "--no-wandb",
+                           "--resamples", "20"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     md = (results / "tables" / "tiny_ladder_fit.md").read_text()
+    assert "95% bootstrap interval over seeds, 20 refits" in md
     assert md in done.stdout
     assert "| layer-pre-relu-matched | 20 | " in md and "| d_model=48 |" in md
     assert "Held-out check: too few points without d_model=48 to refit" in md  # 3 sizes: 2 left, 3 needed

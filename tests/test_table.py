@@ -423,6 +423,8 @@ def test_cli_writes_and_prints_tables_and_rejects_bad_options(tmp_path):
     tune = make_table("--results", str(tmp_path), "--tune", "optim.lrr")
     [line] = tune.stderr.strip().splitlines()[-1:]
     assert tune.returncode == 1 and line.startswith("error: --tune 'optim.lrr' is not a config key")
+    few = make_table("--results", str(tmp_path), "--resamples", "5")
+    assert few.returncode == 2 and "--resamples: expected an integer of at least 20, got '5'" in few.stderr
 
 
 def test_make_table_never_imports_torch(tmp_path):

@@ -10,8 +10,9 @@ from mbexp.declarations import load_studies
 from mbexp.io import atomic_write, write_text
 
 
-def write_outputs(results_dir, tables: dict[str, Table]) -> dict[str, list[Path]]:
-    """Write every experiment's tables and figures; returns the paths per experiment (tables first)."""
+def write_outputs(results_dir, tables: dict[str, Table], resamples: int = scaling.RESAMPLES) -> dict[str, list[Path]]:
+    """Write every experiment's tables and figures (`resamples`: a ladder fit's bootstrap refits); returns the paths
+    per experiment (tables first)."""
     tables_dir, figures_dir = Path(results_dir, "tables"), Path(results_dir, "figures")
     written = {}
     for exp, table in tables.items():
@@ -23,15 +24,15 @@ def write_outputs(results_dir, tables: dict[str, Table]) -> dict[str, list[Path]
         for name, fig in figures.figures(table).items():
             paths.append(figures_dir / f"{exp}_{name}.png")
             atomic_write(paths[-1], lambda tmp, fig=fig: figures.save(fig, tmp))
-        paths += write_ladder(results_dir, table)  # a size ladder's fit: tables/<exp>_fit.*, figures/<exp>_ladder.png
+        paths += write_ladder(results_dir, table, resamples)  # a ladder: tables/<exp>_fit.*, figures/<exp>_ladder.png
         written[exp] = paths
     return written
 
 
-def write_ladder(results_dir, table: Table) -> list[Path]:
+def write_ladder(results_dir, table: Table, resamples: int = scaling.RESAMPLES) -> list[Path]:
     """For a ladder: tables/<exp>_fit.md (and .csv) and figures/<exp>_ladder.png; nothing otherwise. Too few points
     to fit: the .md holds one line saying so, and nothing else is written."""
-    ladder = scaling.analyse(table)
+    ladder = scaling.analyse(table, resamples)
     if ladder is None:
         return []
     tables_dir, figures_dir = Path(results_dir, "tables"), Path(results_dir, "figures")
