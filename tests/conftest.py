@@ -22,10 +22,9 @@ def bigtxt_test_config(cache_dir) -> DataConfig:
 
 
 @pytest.fixture(scope="session")
-def bigtxt_tokens(tmp_path_factory) -> TokenData:
-    """big.txt with a 512-token BPE, built once per session into a temporary cache dir."""
-    cache_dir = tmp_path_factory.mktemp("bigtxt_cache")
-    return prepare(bigtxt_test_config(cache_dir), seq_len=BIGTXT_TEST_SEQ_LEN)
+def bigtxt_tokens(cache) -> TokenData:
+    """big.txt with a 512-token BPE (tests/tiny.py's smoke runs use the same), built once into the shared cache."""
+    return prepare(bigtxt_test_config(cache), seq_len=BIGTXT_TEST_SEQ_LEN)
 
 
 @pytest.fixture(scope="module")
@@ -38,9 +37,13 @@ def one_thread():
 
 
 @pytest.fixture(scope="session")
-def cache(tmp_path_factory):
-    """One token cache for every test that trains with tests/tiny.py's settings."""
-    return tmp_path_factory.mktemp("token_cache")
+def cache(tmp_path_factory, worker_id):
+    """One token cache for every test that trains with tests/tiny.py's settings, shared by the session's test
+    workers: the first to need a corpus builds it under the cache's lock, the others wait and read it."""
+    base = tmp_path_factory.getbasetemp()
+    path = (base.parent if worker_id != "master" else base) / "token_cache"  # xdist: the workers' common folder
+    path.mkdir(exist_ok=True)
+    return path
 
 
 @pytest.fixture(autouse=True)
