@@ -22,7 +22,7 @@ def baseline_arg(text: str) -> tuple[str, str]:
 
 
 def refits(text: str) -> int:
-    """Parse a number of bootstrap refits: an integer of at least 20 (a 95% interval from fewer is its extremes)."""
+    """Parse a number of bootstrap refits: an integer of at least 20."""
     if not text.isdigit() or int(text) < 20:
         raise argparse.ArgumentTypeError(f"expected an integer of at least 20, got {text!r}")
     return int(text)
@@ -86,6 +86,7 @@ class _Counter(logging.Handler):
 
 def _main(argv: list[str] | None) -> int:
     from mbexp.analysis import table
+    from mbexp.analysis.ladder_draws import RESAMPLES
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--results", type=Path, default=Path("results"), help="results directory (default: results)")
@@ -96,8 +97,8 @@ def _main(argv: list[str] | None) -> int:
                         help=f"config key chosen per row on validation when swept (default: {table.TUNE})")
     parser.add_argument("--margin", type=float, default=table.MARGIN,
                         help=f"equivalence margin in nats for the TOST mark (default: {table.MARGIN})")
-    parser.add_argument("--resamples", type=refits, default=200, metavar="N",
-                        help="bootstrap refits of a size ladder's fit (default: 200, as the committed tables)")
+    parser.add_argument("--resamples", type=refits, default=RESAMPLES, metavar="N",
+                        help=f"bootstrap refits of a size ladder's fit (default: {RESAMPLES}, as the committed tables)")
     parser.add_argument("--only", metavar="EXPERIMENT",
                         help="this experiment only: its tables, figures and W&B run (other files untouched)")
     parser.add_argument("--wandb", action=argparse.BooleanOptionalAction, default=True,

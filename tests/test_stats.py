@@ -27,6 +27,11 @@ def test_holm_by_hand():
     assert math.isnan(adjusted[4])
     assert stats.holm([0.6, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1
     assert gc.get_freeze_count() == 0 and gc.isenabled()  # the objects it froze for statsmodels' collect are thawed
+    gc.freeze()  # another caller's frozen objects stay frozen
+    try:
+        assert stats.holm([0.6, 0.9]) == pytest.approx([1.0, 1.0]) and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
 
 
 def test_holm_on_the_ffn_reference_p_values():

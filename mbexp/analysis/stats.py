@@ -70,11 +70,14 @@ def holm(pvalues) -> np.ndarray:
     out = np.full(p.shape, math.nan)
     keep = ~np.isnan(p)
     if keep.any():
-        gc.freeze()  # its Holm branch runs gc.collect(): with the live objects frozen, that scans only new ones
+        ours = gc.get_freeze_count() == 0  # objects another caller froze stay frozen
+        if ours:
+            gc.freeze()  # its Holm branch runs gc.collect(): with the live objects frozen, that scans only new ones
         try:
             out[keep] = multipletests(p[keep], method="holm")[1]
         finally:
-            gc.unfreeze()
+            if ours:
+                gc.unfreeze()
     return out
 
 
