@@ -67,3 +67,14 @@ def test_readme_claims_and_results_page_are_what_make_report_writes():
     proc = subprocess.run([sys.executable, "-m", "mbexp.analysis.report", "--check"], cwd=REPO, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_studys_lr_scan_is_no_ladder_evidence():
+    """The scan's runs are fitted like any ladder (its own tables), but they only choose LRs: no trend of theirs
+    reaches the README or docs/results.md."""
+    from mbexp.analysis.ladder_render import ladder_trends
+
+    assert (RESULTS / "tables" / "ladder_wsd_cpu_scan_fit.csv").is_file()
+    assert {t["experiment"] for t in ladder_trends(RESULTS)} == {"ladder_cpu"}
+    for page in (REPO / "README.md", REPO / "docs" / "results.md"):
+        assert "ladder_wsd_cpu_scan |" not in page.read_text(encoding="utf-8")

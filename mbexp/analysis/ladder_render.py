@@ -12,6 +12,7 @@ from matplotlib.ticker import FormatStrFormatter, NullFormatter
 from mbexp.analysis.powerlaw import ALPHA_BOUNDS, Curve
 from mbexp.analysis.render import fmt
 from mbexp.analysis.scaling import LEVEL, SHOWN, Ladder, ranking
+from mbexp.declarations import load_studies
 
 LEGEND = ("α, E, A: the fitted L(C) = E + A·C^-α (bounded α in (0, 2], E in [0, least mean loss); at bound: the "
           "data did not pin it). RMS resid.: root mean square of mean loss − fitted loss over the curve's points, "
@@ -161,9 +162,12 @@ def to_csv(ladder: Ladder) -> str:
 
 def ladder_trends(results_dir) -> list[dict]:
     """Per ladder (results/tables/<exp>_fit.csv), variant and budget: the compute multiplier vs the baseline at the
-    smallest and the largest size and its trend along the ladder, as `make table` computed them."""
-    found = []
+    smallest and the largest size and its trend along the ladder, as `make table` computed them. A declared study's
+    LR scan is left out: it chooses the LRs, its own study is the evidence."""
+    found, scans = [], {s.scan_experiment for s in load_studies(results_dir).values()}
     for path in sorted(Path(results_dir, "tables").glob("*_fit.csv")):
+        if path.stem.removesuffix("_fit") in scans:
+            continue
         fit = pd.read_csv(path)
         if "trend" not in fit:
             continue  # a ladder with too few sizes to fit: its file is one line
