@@ -63,3 +63,31 @@ def test_a_bootstrap_mean_spreads_like_a_t_interval_of_its_own_seeds():
         assert np.percentile(draws[:, 0], [100 * tail, 100 * (1 - tail)]) == pytest.approx([5 - half, 5 + half],
                                                                                            abs=0.04 * half)
     assert (draws[:, 1] == 7.0).all()  # one seed: no spread of its own, the mean stays
+
+
+def test_a_ladder_claim_missing_a_size_is_not_tested_as_declared():
+    """A trend read on a ladder one pair lacks a size of (its runs not all landed) is no verdict."""
+    from test_scaling import committed_ladder
+
+    from mbexp.analysis.ladder_claims import ladder_trend
+    from mbexp.declarations import NOT_AS_DECLARED, load_claims_text
+
+    text = """claims:
+  - id: t
+    claim: the deficit shrinks
+    paper: none
+    experiment: ladder_cpu
+    at: {train.steps: 600}
+    statistic: trend
+    baseline: layer-pre-relu-matched
+    rows: [layer-pre-geglu-matched, layer-pre-swiglu-matched]
+    hypothesis: better
+    seeds: [0, 1, 2]
+"""
+    claim, = load_claims_text(text)
+    ladder = committed_ladder()
+    assert not any("sizes missing" in u for u in ladder_trend(claim, ladder).unmet)
+    ladder.runs = ladder.runs[ladder.runs["label"] != "layer-pre-geglu-matched-ladder160"]
+    result = ladder_trend(claim, ladder)
+    assert result.unmet == ["planned sizes missing for layer-pre-geglu-matched: ladder160"]
+    assert result.verdict == NOT_AS_DECLARED
