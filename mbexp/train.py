@@ -130,6 +130,11 @@ def hydra_dirs(cfg: Config | None, args: list[str]) -> list[str]:
     return [f"hydra.run.dir={tmp}", f"hydra.sweep.dir={tmp}"]
 
 
+def _interrupted() -> None:
+    print("interrupted: the runs' checkpoints are kept; rerun the same command to resume", file=sys.stderr)
+    sys.exit(130)
+
+
 def _terminated(signum, frame):
     """SIGTERM outside a training loop (building the token cache) stops like Ctrl-C, through Python, so that
     temporary files are removed (io.atomic_write); the loop installs its own handler, which checkpoints first."""
@@ -213,9 +218,13 @@ def main() -> None:
             raise
         print(f"error: {write_error(exc)}", file=sys.stderr)
         sys.exit(1)
+    except Exception as exc:
+        # submitit's jobs may die of the Ctrl-C before the launcher sees it: their missing result is that Ctrl-C
+        if type(exc).__name__ != "UncompletedJobError" or "KeyboardInterrupt" not in str(exc):
+            raise
+        _interrupted()
     except KeyboardInterrupt:
-        print("interrupted: the runs' checkpoints are kept; rerun the same command to resume", file=sys.stderr)
-        sys.exit(130)
+        _interrupted()
     finally:
         distributed = sys.modules.get("mbexp.distributed")  # loaded only by a job: --help or --cfg needs no torch
         if distributed is not None:
