@@ -42,8 +42,9 @@ def ladder_trend(claim: Claim, table: Table | None) -> Result:
     # a size the study declares (or the ladder has) but a pair lacks: the trend would read a shorter ladder
     sizes = (claim.protocol.get("rows") or {}).get("model") or list(dict.fromkeys(
         s for c in everyone for s in c.per_size))
-    unmet += [f"planned sizes missing for {c.row}: {', '.join(s for s in sizes if s not in c.per_size)}"
-              for c in everyone if set(sizes) - set(c.per_size)]
+    for c in everyone:
+        if missing := [s for s in sizes if s not in c.per_size]:
+            unmet.append(f"planned sizes missing for {c.row}: {', '.join(missing)}")
     own = table.rows["lr_own"].all() if "lr_own" in table.rows else table.tuned == "optim.lr"
     if claim.own_lr and not own:
         unmet.append("not at their own tuned LR: a size or FFN not at the LR its scan chose, or at one LR")
