@@ -103,9 +103,9 @@ def fit(points: pd.DataFrame, start: np.ndarray | None = None, *, zero_floor: bo
 
     if start is not None and start[0] <= 0 and not zero_floor:
         # a refit from an optimum with E at its bound 0: the trust region creeps towards a bound, so E is held
-        # at 0 first; the polish frees it where the gradient pulls it inside
+        # at 0 first; where the gradient pulls a held bound inside, the fit in the whole box below takes over
         held = solve([start], (low, [ZERO_FLOOR] + high[1:]))
-        polished = None if held is None else _polish(held, x, y, which, k, bounds)
+        polished = None if held is None else _polish(held, x, y, which, k, bounds, release=False)
         if polished is not None:
             return _curves(names, polished, centre), polished
     fractions = (0.0,) if zero_floor else E_STARTS
@@ -124,10 +124,10 @@ def _curves(names: list, p: np.ndarray, centre: float) -> dict[str, Curve]:
     return {n: Curve(float(e), float(a[i] + alpha[i] * centre), float(alpha[i])) for i, n in enumerate(names)}
 
 
-def _polish(params: np.ndarray, x, y, which, k: int, bounds: tuple) -> np.ndarray | None:
+def _polish(params: np.ndarray, x, y, which, k: int, bounds: tuple, release: bool = True) -> np.ndarray | None:
     """The trust-region answer refined by Newton steps in extended precision, a parameter at a bound held there: the
     optimum then depends neither on the BLAS's rounding nor on the solver's stopping point (docs/table.md); None
-    where the steps stall."""
+    where the steps stall, or (`release` False) where the gradient pulls a held parameter inside."""
     low, high = (np.asarray(b, dtype=np.longdouble) for b in bounds)
     p, x, y = params.astype(np.longdouble), x.astype(np.longdouble), y.astype(np.longdouble)
     fixed = np.zeros(len(p), bool)
@@ -155,10 +155,12 @@ def _polish(params: np.ndarray, x, y, which, k: int, bounds: tuple) -> np.ndarra
         p, fixed, damped = new, fixed | out, damping
         damping = damping / 10 if damping > 1e-12 else 0.0
         if not damped and not out.any() and np.all(np.abs(step) <= 1e-16 * np.maximum(1, np.abs(p))):
-            release = fixed & (((p == low) & (grad < 0)) | ((p == high) & (grad > 0)))  # pulled inside: free it
-            if not release.any():
+            pulled = fixed & (((p == low) & (grad < 0)) | ((p == high) & (grad > 0)))  # pulled inside: free it
+            if not pulled.any():
                 return p.astype(float)
-            fixed &= ~release
+            if not release:
+                return None
+            fixed &= ~pulled
     return None
 
 
