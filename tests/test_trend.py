@@ -91,3 +91,28 @@ def test_a_ladder_claim_missing_a_size_is_not_tested_as_declared():
     result = ladder_trend(claim, ladder)
     assert result.unmet == ["planned sizes missing for layer-pre-geglu-matched: ladder160"]
     assert result.verdict == NOT_AS_DECLARED
+
+
+def test_a_trend_claim_says_how_many_seeds_would_resolve_its_slope():
+    """Seeds needed for a trend: the per-seed slopes' mean and SD in the paired t-test's power (docs/table.md),
+    here recomputed with scipy's noncentral t."""
+    from test_scaling import committed_ladder
+
+    from mbexp.analysis.ladder_claims import ladder_trend
+    from mbexp.declarations import load_claims_text
+
+    claim, = load_claims_text("""claims:
+  - {id: t, claim: shrinks, paper: none, experiment: ladder_cpu, at: {train.steps: 600}, statistic: trend,
+     baseline: layer-pre-relu-matched, rows: [layer-pre-swiglu-matched], hypothesis: better, seeds: [0, 1, 2]}
+""")
+    c, = ladder_trend(claim, committed_ladder()).comparisons
+    points, base = scaling.ladder_points(committed_ladder())
+    slopes = trend.trend(trend.ladder_deltas(points, "layer-pre-swiglu-matched", base, 600)).slopes
+    assert list(c.deltas) == pytest.approx(slopes) and c.interval.delta == pytest.approx(np.mean(slopes))
+    d = abs(np.mean(slopes)) / np.std(slopes, ddof=1)
+
+    def power(n):
+        t = scipy_stats.t.ppf(0.975, n - 1)
+        return scipy_stats.nct.sf(t, n - 1, d * math.sqrt(n)) + scipy_stats.nct.cdf(-t, n - 1, d * math.sqrt(n))
+
+    assert power(3) < 0.8 <= power(4) and c.seeds_needed == 4

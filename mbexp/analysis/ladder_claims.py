@@ -28,6 +28,7 @@ def ladder_trend(claim: Claim, table: Table | None) -> Result:
             c.p_holm = max(p, q)
             c.mark = stats.mark(c.interval.delta, c.p_holm, math.nan)
             c.outcome = outcome(claim, c)
+            c.seeds_needed = stats.seeds_needed(c.interval.delta, c.deltas.std(ddof=1))  # of the per-seed slopes
         return out, steps
 
     planned = set(claim.seeds)
