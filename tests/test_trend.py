@@ -116,3 +116,27 @@ def test_a_trend_claim_says_how_many_seeds_would_resolve_its_slope():
         return scipy_stats.nct.sf(t, n - 1, d * math.sqrt(n)) + scipy_stats.nct.cdf(-t, n - 1, d * math.sqrt(n))
 
     assert power(3) < 0.8 <= power(4) and c.seeds_needed == 4
+
+
+def test_the_fit_tables_fit_free_column_is_holm_adjusted_over_the_budgets_variants():
+    """GEGLU and SwiGLU vs ReLU on the committed ladder_cpu at 600 steps: each p of the fit-free column is the
+    larger of its slope t-test and permutation p, each adjusted by Holm over the two variants (by hand)."""
+    from test_scaling import committed_ladder
+
+    ladder = scaling.analyse(committed_ladder(), resamples=20, panel=False)
+    points, base = scaling.ladder_points(committed_ladder())
+    rows = ladder.curves[(ladder.curves["budget"] == 600) & (ladder.curves["variant"] != base)]
+    raw = {v: trend.trend(trend.ladder_deltas(points, v, base, 600)) for v in rows["variant"]}
+
+    def holm_of_two(ps: dict) -> dict:
+        (a, pa), (b, pb) = sorted(ps.items(), key=lambda kv: kv[1])
+        return {a: min(1, 2 * pa), b: min(1, max(2 * pa, pb))}
+
+    ts = holm_of_two({v: t.p for v, t in raw.items()})
+    perms = holm_of_two({v: t.p_permutation for v, t in raw.items()})
+    for _, row in rows.iterrows():
+        v = row["variant"]
+        assert row["fit_free_p"] == pytest.approx(scaling.significant(max(ts[v], perms[v])))
+        assert row["fit_free"] == ("shrinks" if max(ts[v], perms[v]) < 0.05 else "not resolved")
+    adjusted = rows.set_index("variant")["fit_free_p"].to_dict()  # unadjusted: 0.0227 and 0.0369
+    assert adjusted == {"layer-pre-geglu-matched": 0.0453, "layer-pre-swiglu-matched": 0.0453}
