@@ -2,7 +2,9 @@
 the chosen LR marked, an unfinished row said so, and the same choice as the study command's."""
 
 import json
+import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -49,12 +51,15 @@ def test_the_scan_table_marks_each_choice_and_an_unfinished_row(tmp_path):
     write_scan(tmp_path)
     study = load_studies(tmp_path)["lad"]
     frame = lr_scan.scan_frame(study, tmp_path)
-    assert list(frame.columns) == ["model", "ffn", "lr", "steps", "n", "val_loss", "chosen", "edge"]
+    assert list(frame.columns) == ["model", "ffn", "lr", "steps", "n", "val_loss", "chosen", "edge", "vertex"]
     assert len(frame) == 4 * 3 and set(frame["steps"]) == {60}  # read at select_at, the largest budget
     picked = frame[frame["chosen"]].set_index(["model", "ffn"])
     assert picked["lr"].to_dict() == {("ladder64", "relu"): 1e-2, ("ladder64", "geglu"): 3e-3,
                                       ("ladder96", "relu"): 3e-3}  # ladder96 GEGLU is missing one LR
     assert picked.loc[("ladder64", "relu"), "edge"] == "high" and picked.loc[("ladder64", "geglu"), "edge"] == ""
+    a, b, _ = np.polyfit(np.log10([1e-3, 3e-3, 1e-2]), [5.5, 5.3, 5.6], 2)  # the vertex, another way
+    assert picked.loc[("ladder64", "geglu"), "vertex"] == pytest.approx(10 ** (-b / (2 * a)), rel=5e-3)
+    assert np.isnan(picked.loc[("ladder64", "relu"), "vertex"])  # at the grid's end: no neighbour above
 
     md = lr_scan.to_markdown(study, frame)
     assert "| model | ffn | lr=0.001 | lr=0.003 | lr=0.01 | chosen | edge |" in md
@@ -62,6 +67,16 @@ def test_the_scan_table_marks_each_choice_and_an_unfinished_row(tmp_path):
     assert "| ladder96 | geglu | 5.200 | 5.200 | — | — | scan unfinished |" in md
     assert "11 of 12 scan runs finished" in md
     assert "| ladder64 | 0.01 | 0.003 |" in md and "| ladder96 | 0.003 | — |" in md  # chosen LR by size and FFN
+    assert f"| ladder64 | — | {picked.loc[('ladder64', 'geglu'), 'vertex']:.2g} |" in md  # the vertex by both
+
+
+def test_the_vertex_by_hand():
+    # log10 LR = -3, -2, -1 with losses 5.0, 4.0, 4.5: y = a(x − h)² + c gives a(5 + 2h) = 1 and a(−3 − 2h) = 0.5,
+    # so h = −11/6 and the vertex LR is 10^(−11/6) = 0.014678
+    grid = [1e-3, 1e-2, 1e-1]
+    assert lr_scan.vertex(grid, dict(zip(grid, (5.0, 4.0, 4.5))), 1e-2) == 0.0147
+    assert math.isnan(lr_scan.vertex(grid, dict(zip(grid, (5.0, 4.0, math.inf))), 1e-2))  # a diverged neighbour
+    assert math.isnan(lr_scan.vertex(grid, dict(zip(grid, (3.0, 4.0, 4.5))), 1e-3))  # the grid's end
 
 
 def test_a_scan_run_still_training_is_missing_not_diverged(tmp_path):

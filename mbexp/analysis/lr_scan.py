@@ -9,12 +9,13 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from mbexp.analysis.render import setting
+from mbexp.analysis.scaling import significant
 from mbexp.analysis.studies import cooldown_fraction, per_run_steps
 from mbexp.declarations import Study
 from mbexp.schedule import cooldown_start
 from mbexp.study import best_of, scan_losses
 
-COLUMNS = ("lr", "steps", "n", "val_loss", "chosen", "edge")  # after the study's row keys
+COLUMNS = ("lr", "steps", "n", "val_loss", "chosen", "edge", "vertex")  # after the study's row keys
 
 
 def scan_frame(study: Study, results_dir) -> pd.DataFrame:
@@ -31,8 +32,26 @@ def scan_frame(study: Study, results_dir) -> pd.DataFrame:
             chosen = choice is not None and lr == choice.lr
             lines.append({**dict(zip(study.rows, map(str, values))), "lr": lr, "steps": study.select_at,
                           "n": len(runs[lr]), "val_loss": means[lr], "chosen": chosen,
-                          "edge": choice.edge if chosen else ""})
+                          "edge": choice.edge if chosen else "",
+                          "vertex": vertex(study.lr_grid, means, lr) if chosen else math.nan})
     return pd.DataFrame(lines, columns=[*study.rows, *COLUMNS])
+
+
+def vertex(grid, means: dict, chosen: float) -> float:
+    """The LR at the vertex of the parabola in log10(LR) through the chosen LR and its two grid neighbours (3
+    significant digits): where between grid points the optimum lies. NaN at an end of the grid or beside a
+    diverged or missing neighbour."""
+    grid = sorted(grid)
+    i = grid.index(chosen)
+    if not 0 < i < len(grid) - 1:
+        return math.nan
+    (x0, x1, x2), (y0, y1, y2) = (math.log10(v) for v in grid[i - 1:i + 2]), (means[v] for v in grid[i - 1:i + 2])
+    if not all(math.isfinite(y) for y in (y0, y1, y2)):
+        return math.nan
+    below, above = (x1 - x0) * (y1 - y2), (x1 - x2) * (y1 - y0)
+    if below == above:  # three equal losses: no curvature
+        return math.nan
+    return significant(10 ** (x1 - 0.5 * ((x1 - x0) * below - (x1 - x2) * above) / (below - above)))
 
 
 def halving(study: Study, results_dir) -> tuple[dict, int]:
@@ -86,9 +105,12 @@ def to_markdown(study: Study, frame: pd.DataFrame, halved: tuple[dict, int] = ({
     lines = [f"**{study.name}** — LR scan: mean final validation log-ppl at {study.select_at} steps over scan "
              f"seed(s) {', '.join(map(str, study.scan_seeds))} (runs in `{study.scan_experiment}`); bold: the LR "
              f"chosen (lowest; ties: the smaller); edge: the best LR is an end of the grid, so the optimum may lie "
-             f"beyond it. {finished} of {total} scan runs finished.", "",
-             "| " + " | ".join([*keys, *(f"lr={setting(lr)}" for lr in grid), "chosen", "edge", "halving"]) + " |",
-             "|" + "|".join([":---"] * len(keys) + ["---:"] * (len(grid) + 1) + [":---", "---:"]) + "|"]
+             f"beyond it; vertex: the LR at the vertex of the parabola in log LR through the chosen LR and its two "
+             f"neighbours, where between grid points the optimum lies (exploratory). {finished} of {total} scan runs "
+             "finished.", "",
+             "| " + " | ".join([*keys, *(f"lr={setting(lr)}" for lr in grid), "chosen", "edge", "halving",
+                               "vertex"]) + " |",
+             "|" + "|".join([":---"] * len(keys) + ["---:"] * (len(grid) + 1) + [":---", "---:", "---:"]) + "|"]
     same = []
     for values, group in frame.groupby(keys, sort=False):
         chosen = group[group["chosen"]]
@@ -98,8 +120,10 @@ def to_markdown(study: Study, frame: pd.DataFrame, halved: tuple[dict, int] = ({
         found = picks.get(values)
         if found and len(chosen):
             same.append(found[0] == chosen["lr"].iloc[0])
+        top = chosen["vertex"].iloc[0] if len(chosen) else math.nan
         lines.append("| " + " | ".join([*values, *(_cell(line) for _, line in group.iterrows()), pick,
-                                        edge or "—", setting(found[0]) if found else "—"]) + " |")
+                                        edge or "—", setting(found[0]) if found else "—",
+                                        "—" if pd.isna(top) else f"{top:.2g}"]) + " |")
     if same:
         spent, full = sum(steps for _, steps in picks.values()), full * len(picks)
         lines += ["", f"Successive halving (the column `halving`: every LR judged after the smallest budget's "
@@ -108,14 +132,17 @@ def to_markdown(study: Study, frame: pd.DataFrame, halved: tuple[dict, int] = ({
                   f"against {full:,} ({spent / full:.2f} of the full scan)."]
     if len(keys) == 2 and frame["chosen"].any():
         first, second = keys
-        by_pair = frame[frame["chosen"]].pivot(index=first, columns=second, values="lr").reindex(
-            index=list(dict.fromkeys(frame[first])), columns=list(dict.fromkeys(frame[second])))
-        lines += ["", f"The chosen LR by {first} and {second}:", "",
-                  "| " + " | ".join([first, *by_pair.columns]) + " |",
-                  "|" + "|".join([":---"] + ["---:"] * len(by_pair.columns)) + "|"]
-        lines += ["| " + " | ".join([str(index), *("—" if pd.isna(v) else setting(v) for v in row)]) + " |"
-                  for index, row in by_pair.iterrows()]
+        for column, title in (("lr", "The chosen LR"), ("vertex", "The vertex (an optimum between grid points)")):
+            by_pair = frame[frame["chosen"]].pivot(index=first, columns=second, values=column).reindex(
+                index=list(dict.fromkeys(frame[first])), columns=list(dict.fromkeys(frame[second])))
+            lines += ["", f"{title} by {first} and {second}:", "",
+                      "| " + " | ".join([first, *by_pair.columns]) + " |",
+                      "|" + "|".join([":---"] + ["---:"] * len(by_pair.columns)) + "|"]
+            shown = setting if column == "lr" else "{:.2g}".format
+            lines += ["| " + " | ".join([str(index), *("—" if pd.isna(v) else shown(v) for v in row)]) + " |"
+                      for index, row in by_pair.iterrows()]
     return "\n".join(lines) + "\n"
+
 
 
 def plot(study: Study, frame: pd.DataFrame) -> Figure:
