@@ -101,8 +101,8 @@ def read_trends(points: pd.DataFrame, group: pd.DataFrame, rows: list[dict], bas
     """To each curve's row of one budget: its fit-free reading (analysis/trend.py: the paired Δ's slope over ln N,
     both p Holm-adjusted over the budget's variants, as a ladder claim reads them) and, with `panels` (a list the
     budget's panel rows are appended to), the panel's verdict (`draws`: the shared-floor fit's bootstrap)."""
-    from mbexp.analysis.stats import ALPHA, holm
-    from mbexp.analysis.trend import ladder_deltas, trend
+    from mbexp.analysis.stats import ALPHA
+    from mbexp.analysis.trend import holm_p, ladder_deltas, trend
 
     found = panel(group, baseline, resamples, draws) if panels is not None else None
     if found is not None:
@@ -110,10 +110,9 @@ def read_trends(points: pd.DataFrame, group: pd.DataFrame, rows: list[dict], bas
     variants = [row for row in rows if row["variant"] != baseline]
     if budget != "all" and variants:
         got = [trend(ladder_deltas(points, row["variant"], baseline, budget)) for row in variants]
-        ps, qs = holm([t.p for t in got]), holm([t.p_permutation for t in got])
-        for row, t, p, q in zip(variants, got, ps, qs):
-            reading = ("shrinks" if t.slope < 0 else "grows") if p < ALPHA and q < ALPHA else "not resolved"
-            row |= {"fit_free": reading, "fit_free_slope": t.slope, "fit_free_p": max(float(p), float(q))}
+        for row, t, p in zip(variants, got, holm_p(got)):
+            reading = ("shrinks" if t.slope < 0 else "grows") if p < ALPHA else "not resolved"
+            row |= {"fit_free": reading, "fit_free_slope": t.slope, "fit_free_p": p}
     for row in variants:
         if found is not None and (found["variant"] == row["variant"]).any():
             row["panel"] = verdict(list(found.loc[found["variant"] == row["variant"], "trend"]))

@@ -6,7 +6,7 @@ import math
 from mbexp.analysis import stats
 from mbexp.analysis.scaling import ladder_points
 from mbexp.analysis.table import Table
-from mbexp.analysis.trend import ladder_deltas, trend
+from mbexp.analysis.trend import holm_p, ladder_deltas, trend
 from mbexp.analysis.verdicts import Comparison, Result, outcome, seed_range, verdict
 from mbexp.declarations import CONFIRMATORY, EXPLORATORY, NOT_AS_DECLARED, NOT_TESTED, Claim
 
@@ -23,9 +23,8 @@ def ladder_trend(claim: Claim, table: Table | None) -> Result:
         out = [Comparison(r, b, t.interval, t90.interval, t.per_seed, len(t.seeds),
                           per_size={sizes[n]: d for n, d in t.deltas.items()})
                for (r, b), (t, t90) in zip(claim.pairs, trends)]
-        ps, qs = stats.holm([t.p for t, _ in trends]), stats.holm([t.p_permutation for t, _ in trends])
-        for c, p, q in zip(out, ps, qs):
-            c.p_holm = max(p, q)
+        for c, p in zip(out, holm_p([t for t, _ in trends])):
+            c.p_holm = p
             c.mark = stats.mark(c.interval.delta, c.p_holm, math.nan)
             c.outcome = outcome(claim, c)
             c.seeds_needed = stats.seeds_needed(c.interval.delta, c.deltas.std(ddof=1))  # of the per-seed slopes

@@ -144,7 +144,6 @@ def to_markdown(study: Study, frame: pd.DataFrame, halved: tuple[dict, int] = ({
     return "\n".join(lines) + "\n"
 
 
-
 def plot(study: Study, frame: pd.DataFrame) -> Figure:
     """Validation log-ppl against LR (log axis), one line per row; with two row keys, one panel per value of the
     second and one line per value of the first. The chosen LR is ringed; a diverged point is left out."""

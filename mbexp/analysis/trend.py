@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from mbexp.analysis.stats import ALPHA, LEVEL, Interval
+from mbexp.analysis.stats import ALPHA, LEVEL, Interval, holm
 
 EXACT_LIMIT = 200_000  # permutations enumerated exactly up to this many, else drawn
 DRAWS = 20_000
@@ -78,6 +78,13 @@ def trend(deltas: dict, level: float = LEVEL, alpha: float = ALPHA) -> Trend:
     reading = ("shrinks" if slope < 0 else "grows") if resolved else "not resolved"
     return Trend(means, tuple(seeds), tuple(float(s) for s in per_seed), float(slope), float(slope - half),
                  float(slope + half), p, p_perm, reading)
+
+
+def holm_p(trends: list[Trend]) -> list[float]:
+    """Per trend, the larger of its slope t-test p and its permutation p, each Holm-adjusted over `trends` (a ladder
+    claim's rows, or a fit table's variants at one budget): the trend is resolved where this is below α."""
+    ps, qs = holm([t.p for t in trends]), holm([t.p_permutation for t in trends])
+    return [max(float(p), float(q)) for p, q in zip(ps, qs)]
 
 
 def _permutation_p(x: np.ndarray, y: np.ndarray, observed: float) -> float:
