@@ -7,15 +7,13 @@ when every run it reads recorded its claim's current digest. Torch- and pandas-f
 import hashlib
 import json
 import logging
-import math
-import re
 from dataclasses import dataclass, field
-from itertools import product
 from pathlib import Path
+
+from mbexp.claims_file import CLAIMS_FILE, ClaimsError, finite_number, int_list, parse_studies, read_file
 
 log = logging.getLogger(__name__)
 
-CLAIMS_FILE = "claims.yaml"
 # the one vocabulary of the claims table: a comparison's mark, what it says for the hypothesis, the claim's
 # verdict, and whether that verdict is confirmatory
 MARKS = BETTER, WORSE, EQUIVALENT, UNRESOLVED = ("better", "worse", "equivalent", "not resolved")
@@ -33,12 +31,7 @@ KEYS = ("id", *PROSE, "experiment", "at", "baseline", "rows", "pairs", "hypothes
         "conditions", "study")
 REQUIRED = ("id", "claim", "paper", "experiment", "hypothesis", "seeds")
 CONDITIONS = ("own_lr", "max_epochs")
-STUDY_KEYS = ("experiment", "rows", "lr_grid", "scan_seeds", "seeds", "budgets", "select_at", "overrides", "note")
-SCAN_SUFFIX = "_scan"  # a study's scan runs live in their own experiment: its seeds never join the planned rows
 
-
-class ClaimsError(ValueError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -68,43 +61,6 @@ def digest(content: dict) -> str:
     """Short sha256 of the canonical JSON of a claim's declared content."""
     text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(text.encode("ascii")).hexdigest()[:12]
-
-
-def _number(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _integers(value) -> bool:
-    return isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
-
-
-def _near(raw: bytes, offset: int) -> str:
-    """' (claim ID)' for the last claim id declared before `offset` in the file's bytes, else ''."""
-    ids = re.findall(rb"\bid:\s*([^\s,}]+)", raw[:offset])
-    return f" (claim {ids[-1].decode('latin-1')})" if ids else ""
-
-
-def read_file(path: Path):
-    """The claims file's YAML; ClaimsError names the file (and the claim near a bad byte or a syntax error)."""
-    import yaml
-
-    try:
-        raw = path.read_bytes()
-    except OSError as err:
-        raise ClaimsError(f"claims file {path}: {err.strerror or err}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = raw[:err.start].count(b"\n") + 1
-        raise ClaimsError(f"claims file {path}: byte 0x{raw[err.start]:02x} on line {line}{_near(raw, err.start)} "
-                          "is not UTF-8; save the file as UTF-8") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        at = len("\n".join(text.splitlines()[:mark.line + 1]).encode()) if mark else 0
-        where = f" on line {mark.line + 1}{_near(raw, at)}" if mark else ""
-        raise ClaimsError(f"claims file {path}: not valid YAML{where}: {getattr(err, 'problem', err)}") from None
 
 
 def load_claims(path) -> list[Claim]:
@@ -139,85 +95,9 @@ def parse_claims(data, where: str) -> list[Claim]:
 
 
 def _margin(value, where: str) -> float:
-    if not _number(value) or value <= 0:
+    if not finite_number(value) or value <= 0:
         raise ClaimsError(f"{where} must be a positive finite number of nats, got {value!r}")
     return float(value)
-
-
-def parse_studies(studies, where: str) -> dict:
-    """`studies:` name -> declared protocol, each validated as a Study (docs/studies.md)."""
-    if not isinstance(studies, dict):
-        raise ClaimsError(f"{where}: `studies` must be a mapping of study name to its protocol")
-    for name, spec in studies.items():
-        parse_study(name, spec, where)
-    return studies
-
-
-@dataclass(frozen=True)
-class Study:
-    """A declared LR protocol: rows (key -> values, crossed), an LR grid, scan seeds, planned seeds, budgets."""
-
-    name: str
-    experiment: str
-    rows: dict
-    lr_grid: tuple
-    scan_seeds: tuple
-    seeds: tuple
-    budgets: tuple
-    select_at: int
-    overrides: tuple = ()
-
-    @property
-    def scan_experiment(self) -> str:
-        return self.experiment + SCAN_SUFFIX
-
-    def row_values(self) -> list[tuple]:
-        return list(product(*self.rows.values()))
-
-    def row_overrides(self, values: tuple) -> list[str]:
-        return [f"{key}={value}" for key, value in zip(self.rows, values)]
-
-
-def parse_study(name: str, spec, where: str) -> Study:
-    """A `studies:` entry as a Study; ClaimsError names the file, the study and the key on a bad entry."""
-    here = f"{where}, study {name}"
-    if not isinstance(spec, dict) or not isinstance(spec.get("experiment"), str):
-        raise ClaimsError(f"{here}: expected a mapping with an `experiment` name")
-    unknown = sorted(set(spec) - set(STUDY_KEYS))
-    missing = sorted({"rows", "lr_grid", "scan_seeds", "seeds", "budgets"} - set(spec))
-    if unknown or missing:
-        raise ClaimsError(f"{here}: " + (f"unknown keys {unknown}; allowed: {', '.join(STUDY_KEYS)}" if unknown
-                                          else f"missing {', '.join(missing)}"))
-    rows, grid, budgets = spec["rows"], spec["lr_grid"], spec["budgets"]
-    if not isinstance(rows, dict) or not rows or not all(isinstance(v, list) and v for v in rows.values()):
-        raise ClaimsError(f"{here}: rows must map each key to a non-empty list of values, got {rows!r}")
-    if not isinstance(grid, list) or len(set(grid)) < 2 or not all(_number(v) and v > 0 for v in grid):
-        raise ClaimsError(f"{here}: lr_grid must list at least two distinct positive learning rates, got {grid!r}")
-    if not _integers(budgets) or not budgets or min(budgets) < 1 or len(set(budgets)) < len(budgets):
-        raise ClaimsError(f"{here}: budgets must be distinct positive step counts, got {budgets!r}")
-    for key in ("scan_seeds", "seeds"):
-        if not _integers(spec[key]) or not spec[key] or len(set(spec[key])) < len(spec[key]):
-            raise ClaimsError(f"{here}: {key} must be a non-empty list of distinct integers, got {spec[key]!r}")
-    if shared := sorted(set(spec["scan_seeds"]) & set(spec["seeds"])):
-        raise ClaimsError(f"{here}: seeds {shared} are both scan and planned seeds: an LR chosen on a seed would "
-                          "flatter that seed's rows")
-    select_at = spec.get("select_at", max(budgets))
-    if select_at not in budgets:
-        raise ClaimsError(f"{here}: select_at={select_at!r} is not one of the budgets {sorted(budgets)}")
-    return Study(name, spec["experiment"], {str(k): list(v) for k, v in rows.items()},
-                 tuple(sorted(float(v) for v in grid)), tuple(spec["scan_seeds"]), tuple(spec["seeds"]),
-                 tuple(sorted(budgets)), int(select_at), tuple(spec.get("overrides", ())))
-
-
-def load_studies(results_dir) -> dict[str, Study]:
-    """The studies declared in <results_dir>/claims.yaml ({} without the file)."""
-    path = Path(results_dir) / CLAIMS_FILE
-    if not path.exists():
-        return {}
-    data = read_file(path)
-    where = f"claims file {path}"
-    studies = (data or {}).get("studies", {}) if isinstance(data, dict) else {}
-    return {name: parse_study(name, spec, where) for name, spec in parse_studies(studies, where).items()}
 
 
 def parse_claim(entry, default_margin: float, where: str, studies: dict | None = None) -> Claim:
@@ -239,14 +119,14 @@ def parse_claim(entry, default_margin: float, where: str, studies: dict | None =
     pairs = _pairs(entry, hypothesis, statistic, where)
     margin = _margin(entry.get("margin", default_margin), f"{where}: margin")
     seeds, at, conditions = entry["seeds"], entry.get("at") or {}, entry.get("conditions") or {}
-    if not _integers(seeds) or not seeds or len(set(seeds)) < len(seeds):
+    if not int_list(seeds) or not seeds or len(set(seeds)) < len(seeds):
         raise ClaimsError(f"{where}: seeds must be a non-empty list of distinct integers, got {seeds!r}")
     if not isinstance(at, dict) or len(at) > 1 or not all(isinstance(v, int | float | str) for v in at.values()):
         raise ClaimsError(f"{where}: at must map one column key to one value, got {at!r}")
     if not isinstance(conditions, dict) or set(conditions) - set(CONDITIONS):
         raise ClaimsError(f"{where}: conditions must be a mapping of {', '.join(CONDITIONS)}, got {conditions!r}")
     own_lr, max_epochs = conditions.get("own_lr", False), conditions.get("max_epochs", 1.0)
-    if not isinstance(own_lr, bool) or not (max_epochs is None or _number(max_epochs) and max_epochs > 0):
+    if not isinstance(own_lr, bool) or not (max_epochs is None or finite_number(max_epochs) and max_epochs > 0):
         raise ClaimsError(f"{where}: conditions own_lr must be true/false and max_epochs a positive number or "
                           f"null, got {own_lr!r} and {max_epochs!r}")
     study = entry.get("study", "")

@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from mbexp.declarations import CLAIMS_FILE, ClaimsError, Study, load_studies
+from mbexp.claims_file import CLAIMS_FILE, ClaimsError, Study, load_studies
 from mbexp.io import FINISHED, read_summary
 
 GROUP_KEYS = ("norm", "placement", "ffn", "hidden", "model", "arch")  # a row key naming a config group
@@ -129,10 +129,13 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         study = load_study(args.results, args.name)
+        reuse = f" (the scan of {study.scan_of})" if study.scan_of else ""
         print(f"study {study.name}: {len(study.row_values())} rows x {len(study.lr_grid)} LRs x "
-              f"{len(study.scan_seeds)} scan seed(s), then {len(study.seeds)} planned seeds; budgets "
+              f"{len(study.scan_seeds)} scan seed(s){reuse}, then {len(study.seeds)} planned seeds; budgets "
               f"{list(study.budgets)}", flush=True)
-        scan = scan_command(study, jobs=args.jobs, results_dir=args.results)
+        # a study reusing another's scan runs that scan's own command: its finished runs are skipped
+        scan = scan_command(load_study(args.results, study.scan_of) if study.scan_of else study, jobs=args.jobs,
+                            results_dir=args.results)
         if args.dry_run:
             print(shlex.join(["python", *scan[1:]]))
             print("then, per row, its planned seeds at the LR the scan chose")

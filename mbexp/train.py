@@ -18,9 +18,9 @@ from hydra.errors import CompactHydraException, HydraException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
+from mbexp.claims_file import ClaimsError
 from mbexp.config import CONF_DIR, Config, ConfigError, register, to_object
 from mbexp.corpus import CorpusError, fingerprint
-from mbexp.declarations import ClaimsError
 from mbexp.declarations import check as check_claims
 from mbexp.io import disk_full, read_summary, write_error, write_text
 from mbexp.preflight import (

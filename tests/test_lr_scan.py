@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from mbexp.analysis import lr_scan, outputs
-from mbexp.declarations import load_studies
+from mbexp.claims_file import load_studies
 from mbexp.study import StudyError, choose
 
 CLAIMS = """\

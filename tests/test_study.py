@@ -6,12 +6,14 @@ import sys
 
 import pandas as pd
 import pytest
+import yaml
 from tiny import REPO, summaries
 
 from mbexp import study as study_cli
 from mbexp.analysis import studies
 from mbexp.analysis.table import build_tables
-from mbexp.declarations import ClaimsError, load_studies, parse_study
+from mbexp.claims_file import ClaimsError, load_studies, parse_studies, parse_study
+from mbexp.declarations import load_claims
 
 STUDY = """\
 margin: 0.02
@@ -47,6 +49,37 @@ def test_a_study_refuses_a_seed_that_both_scans_and_confirms():
         parse_study("s", spec, "claims file x")
     with pytest.raises(ClaimsError, match="select_at=9 is not one of the budgets"):
         parse_study("s", spec | {"seeds": [1], "select_at": 9}, "claims file x")
+
+
+def test_a_study_reusing_a_scan_inherits_it_and_its_claims_digest_follows_it(tmp_path):
+    rep = ("  rep:\n    experiment: smoke_rep\n    scan_of: tiny\n    rows: {{ffn: [swiglu]}}\n"
+           "    seeds: [3, 4]\n")
+    text = STUDY + rep
+    claim = ("  - id: glu-rep\n    claim: SwiGLU beats ReLU\n    paper: test\n    experiment: smoke_rep\n"
+             "    study: rep\n    baseline: layer-pre-relu-matched\n    rows: [layer-pre-swiglu-matched]\n"
+             "    hypothesis: better\n    seeds: [3, 4]\nstudies:\n")
+    (tmp_path / "claims.yaml").write_text(text.replace("studies:\n", claim, 1).format(cache="c"))
+    found = load_studies(tmp_path)
+    tiny, rep = found["tiny"], found["rep"]
+    assert (rep.lr_grid, rep.scan_seeds, rep.budgets, rep.select_at, rep.overrides) == \
+        (tiny.lr_grid, tiny.scan_seeds, tiny.budgets, tiny.select_at, tiny.overrides)
+    assert rep.scan_experiment == "smoke_scan" and rep.experiment == "smoke_rep" and rep.seeds == (3, 4)
+    digests = {c.id: c.digest for c in load_claims(tmp_path / "claims.yaml")}
+    # the reused scan is part of the replication's declaration: editing its grid edits the replication's claim
+    (tmp_path / "claims.yaml").write_text(text.replace("studies:\n", claim, 1).format(cache="c").replace(
+        "lr_grid: [1.0e-3, 1.0e-2]", "lr_grid: [1.0e-3, 3.0e-3]"))
+    edited = {c.id: c.digest for c in load_claims(tmp_path / "claims.yaml")}
+    assert edited["glu-rep"] != digests["glu-rep"] and edited["glu-tiny"] != digests["glu-tiny"]
+
+    c = studies.cost(rep, tmp_path)  # no runs yet; its design counts its planned seeds only
+    assert c["design_steps"] == 18 * 1 * 2 and c["naive_steps"] == 1 * 2 * 2 * (8 + 16) and c["steps"] == 0
+    for bad, message in ((rep_spec := {"experiment": "e", "scan_of": "tiny", "rows": {"ffn": ["swiglu"]},
+                                       "seeds": [3]}) | {"lr_grid": [1e-3, 1e-2]}, "lr_grid come from the study"), \
+                        (rep_spec | {"scan_of": "nope"}, "scan_of must name another study"), \
+                        (rep_spec | {"rows": {"ffn": ["gelu"]}}, "must be among the rows of tiny"), \
+                        (rep_spec | {"seeds": [0]}, "both scan and planned seeds"):
+        with pytest.raises(ClaimsError, match=message):
+            parse_studies({"tiny": yaml.safe_load(STUDY.format(cache="c"))["studies"]["tiny"], "rep": bad}, "x")
 
 
 def test_ctrl_c_during_a_study_is_one_line_and_exit_130(tmp_path, monkeypatch, capsys):

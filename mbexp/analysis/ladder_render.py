@@ -12,7 +12,7 @@ from matplotlib.ticker import FormatStrFormatter, NullFormatter
 from mbexp.analysis.powerlaw import ALPHA_BOUNDS, Curve
 from mbexp.analysis.render import fmt
 from mbexp.analysis.scaling import LEVEL, SHOWN, Ladder, ranking
-from mbexp.declarations import load_studies
+from mbexp.claims_file import load_studies
 
 LEGEND = ("α, E, A: the fitted L(C) = E + A·C^-α (bounded α in (0, 2], E in [0, least mean loss); at bound: the "
           "data did not pin it). RMS resid.: root mean square of mean loss − fitted loss over the curve's points, "

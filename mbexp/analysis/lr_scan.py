@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 from mbexp.analysis.render import setting
 from mbexp.analysis.scaling import significant
 from mbexp.analysis.studies import cooldown_fraction, per_run_steps
-from mbexp.declarations import Study
+from mbexp.claims_file import Study
 from mbexp.schedule import cooldown_start
 from mbexp.study import best_of, scan_losses
 

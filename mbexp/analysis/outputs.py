@@ -6,7 +6,7 @@ from pathlib import Path
 from mbexp.analysis import figures, ladder_render, lr_scan, render, report, scaling
 from mbexp.analysis.claims import Result
 from mbexp.analysis.table import Table
-from mbexp.declarations import load_studies
+from mbexp.claims_file import load_studies
 from mbexp.io import atomic_write, write_text
 
 
@@ -53,8 +53,8 @@ def write_scans(results_dir, only: str | None = None) -> dict[str, list[Path]]:
     the study whose experiment or scan experiment that is. Returns the paths per study (the .md first)."""
     written = {}
     for study in load_studies(results_dir).values():
-        if only and only not in (study.experiment, study.scan_experiment):
-            continue
+        if study.scan_of or only and only not in (study.experiment, study.scan_experiment):
+            continue  # a study reusing another's scan: that study's files show it
         frame = lr_scan.scan_frame(study, results_dir)
         if not frame["n"].any():
             continue

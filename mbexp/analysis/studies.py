@@ -6,8 +6,8 @@ from pathlib import Path
 
 from mbexp.analysis.render import setting
 from mbexp.analysis.table import Table
+from mbexp.claims_file import Study, load_studies
 from mbexp.config import OptimConfig
-from mbexp.declarations import Study, load_studies
 from mbexp.io import read_summary
 from mbexp.schedule import cooldown_start
 from mbexp.study import StudyError, choose, identity_key
@@ -37,7 +37,8 @@ def annotate(tables: dict[str, Table], results_dir) -> None:
         rows["lr_chosen"], rows["lr_edge"] = rows["label"].map(chosen), rows["label"].map(edge).fillna("")
         rows["lr_own"] = rows["label"].map(own).fillna(False).astype(bool)
         table.notes.append(
-            f"lr (scan): each row's LR, chosen by the declared study `{study.name}` on mean validation log-ppl at "
+            f"lr (scan): each row's LR, chosen by the declared study `{study.name}`"
+            f"{f' (the scan of `{study.scan_of}`)' if study.scan_of else ''} on mean validation log-ppl at "
             f"{study.select_at} steps over scan seed(s) {', '.join(map(str, study.scan_seeds))} (runs in "
             f"`{study.scan_experiment}`) from {', '.join(setting(v) for v in study.lr_grid)}; `edge`: the best LR is "
             "an end of the grid, so the optimum may lie beyond it; the scan seeds are not among the rows' seeds")
@@ -45,8 +46,8 @@ def annotate(tables: dict[str, Table], results_dir) -> None:
 
 def _runs(study: Study, results_dir) -> list[dict]:
     """The summaries of every run the study made: its scan and its planned seeds, at its budgets."""
-    out = []
-    for experiment, seeds in ((study.scan_experiment, study.scan_seeds), (study.experiment, study.seeds)):
+    out, scan = [], () if study.scan_of else ((study.scan_experiment, study.scan_seeds),)
+    for experiment, seeds in (*scan, (study.experiment, study.seeds)):
         for path in sorted((Path(results_dir) / "runs" / experiment).glob("*/seed=*/summary.json")):
             s = read_summary(path.parent)
             if s and s.get("seed") in seeds and s.get("steps") in study.budgets and s.get("step"):
@@ -67,7 +68,8 @@ def cooldown_fraction(study: Study) -> float:
 
 def cost(study: Study, results_dir) -> dict:
     """Compute spent (steps, tokens, run-seconds: each run's own steps, a branch without its trunk) against the naive
-    grid: every row x LR x seed (scan and planned) x budget trained from scratch; and the same ratio by design."""
+    grid: every row x LR x seed (scan and planned) x budget trained from scratch; and the same ratio by design. A
+    study reusing another's scan (`scan_of`) counts its planned seeds only: the scan is counted where it was run."""
     steps = tokens = seconds = 0.0
     for s in _runs(study, results_dir):
         branched = s.get("branched") or {}
@@ -76,9 +78,9 @@ def cost(study: Study, results_dir) -> dict:
         tokens += own * (s.get("tokens_seen") or 0) / s["step"]
         seconds += (s.get("wall_time_s") or 0) - branched.get("wall_time_s", 0)
     rows, grid = len(study.row_values()), len(study.lr_grid)
-    seeds = len(set(study.scan_seeds) | set(study.seeds))
-    naive = rows * grid * seeds * sum(study.budgets)
-    design = per_run_steps(study) * rows * (grid * len(study.scan_seeds) + len(study.seeds))
+    scan_seeds = () if study.scan_of else study.scan_seeds
+    naive = rows * grid * len(set(scan_seeds) | set(study.seeds)) * sum(study.budgets)
+    design = per_run_steps(study) * rows * (grid * len(scan_seeds) + len(study.seeds))
     return {"study": study.name, "steps": int(steps), "tokens": int(tokens), "run_seconds": round(seconds),
             "naive_steps": naive, "design_steps": design, "design_ratio": design / naive,
             "done": steps / design}
@@ -89,7 +91,8 @@ def cost_lines(results_dir) -> list[str]:
     out = []
     for study in load_studies(results_dir).values():
         c = cost(study, results_dir)
+        reuse = f", its LRs from the scan of `{study.scan_of}` (counted there)" if study.scan_of else ""
         out.append(f"- `{c['study']}`: {c['steps']:,} steps spent ({c['tokens']:,} tokens, {c['run_seconds']:,} "
-                   f"run-seconds; {c['done']:.0%} of its design); by design {c['design_steps']:,} steps against "
-                   f"{c['naive_steps']:,} for the naive grid, ratio **{c['design_ratio']:.2f}**")
+                   f"run-seconds; {c['done']:.0%} of its design{reuse}); by design {c['design_steps']:,} steps "
+                   f"against {c['naive_steps']:,} for the naive grid, ratio **{c['design_ratio']:.2f}**")
     return out

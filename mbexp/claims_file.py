@@ -1,0 +1,158 @@
+"""The claims file (`<results_dir>/claims.yaml`) read defensively, and the LR protocols it declares under
+`studies:` (docs/studies.md). Torch- and pandas-free: the trainer imports it through mbexp.declarations."""
+
+import math
+import re
+from dataclasses import dataclass
+from itertools import product
+from pathlib import Path
+
+CLAIMS_FILE = "claims.yaml"
+STUDY_KEYS = ("experiment", "rows", "lr_grid", "scan_seeds", "seeds", "budgets", "select_at", "overrides", "note",
+              "scan_of")
+SCANNED = ("lr_grid", "scan_seeds", "budgets", "select_at", "overrides")  # what a study reusing a scan inherits
+SCAN_SUFFIX = "_scan"  # a study's scan runs live in their own experiment: its seeds never join the planned rows
+
+
+class ClaimsError(ValueError):
+    pass
+
+
+def finite_number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def int_list(value) -> bool:
+    return isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+
+
+def _near(raw: bytes, offset: int) -> str:
+    """' (claim ID)' for the last claim id declared before `offset` in the file's bytes, else ''."""
+    ids = re.findall(rb"\bid:\s*([^\s,}]+)", raw[:offset])
+    return f" (claim {ids[-1].decode('latin-1')})" if ids else ""
+
+
+def read_file(path: Path):
+    """The claims file's YAML; ClaimsError names the file (and the claim near a bad byte or a syntax error)."""
+    import yaml
+
+    try:
+        raw = path.read_bytes()
+    except OSError as err:
+        raise ClaimsError(f"claims file {path}: {err.strerror or err}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[:err.start].count(b"\n") + 1
+        raise ClaimsError(f"claims file {path}: byte 0x{raw[err.start]:02x} on line {line}{_near(raw, err.start)} "
+                          "is not UTF-8; save the file as UTF-8") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = len("\n".join(text.splitlines()[:mark.line + 1]).encode()) if mark else 0
+        where = f" on line {mark.line + 1}{_near(raw, at)}" if mark else ""
+        raise ClaimsError(f"claims file {path}: not valid YAML{where}: {getattr(err, 'problem', err)}") from None
+
+
+def parse_studies(studies, where: str) -> dict:
+    """`studies:` name -> declared protocol (with what it inherits through `scan_of`), each validated as a Study
+    (docs/studies.md)."""
+    if not isinstance(studies, dict):
+        raise ClaimsError(f"{where}: `studies` must be a mapping of study name to its protocol")
+    resolved = {name: _inherit(name, spec, studies, where) for name, spec in studies.items()}
+    for name, spec in sorted(resolved.items(), key=lambda item: isinstance(item[1], dict) and "scan_of" in item[1]):
+        parse_study(name, spec, where, resolved)  # a scan's own study first: the studies reusing it read its rows
+    return resolved
+
+
+def _inherit(name: str, spec, studies: dict, where: str):
+    """A study with `scan_of: OTHER` reuses OTHER's scan: it takes OTHER's grid, scan seeds, budgets, selection
+    budget and overrides, which it must not restate, so that one declaration owns them."""
+    if not isinstance(spec, dict) or "scan_of" not in spec:
+        return spec
+    here, source = f"{where}, study {name}", studies.get(spec["scan_of"])
+    if not isinstance(source, dict) or "scan_of" in source:
+        raise ClaimsError(f"{here}: scan_of must name another study declared with its own scan, got "
+                          f"{spec['scan_of']!r}")
+    if restated := [k for k in SCANNED if k in spec]:
+        raise ClaimsError(f"{here}: {', '.join(restated)} come from the study whose scan it reuses "
+                          f"({spec['scan_of']}); do not restate them")
+    return {**spec, **{k: source[k] for k in SCANNED if k in source}}
+
+
+@dataclass(frozen=True)
+class Study:
+    """A declared LR protocol: rows (key -> values, crossed), an LR grid, scan seeds, planned seeds, budgets."""
+
+    name: str
+    experiment: str
+    rows: dict
+    lr_grid: tuple
+    scan_seeds: tuple
+    seeds: tuple
+    budgets: tuple
+    select_at: int
+    overrides: tuple = ()
+    scan_of: str = ""  # the study whose scan chose this one's LRs (its own scan when empty)
+    scanned: str = ""  # the experiment whose scan that is
+
+    @property
+    def scan_experiment(self) -> str:
+        return (self.scanned or self.experiment) + SCAN_SUFFIX
+
+    def row_values(self) -> list[tuple]:
+        return list(product(*self.rows.values()))
+
+    def row_overrides(self, values: tuple) -> list[str]:
+        return [f"{key}={value}" for key, value in zip(self.rows, values)]
+
+
+def parse_study(name: str, spec, where: str, studies: dict | None = None) -> Study:
+    """A `studies:` entry (as parse_studies resolved it) as a Study; ClaimsError names the file, the study and the
+    key on a bad entry."""
+    here = f"{where}, study {name}"
+    if not isinstance(spec, dict) or not isinstance(spec.get("experiment"), str):
+        raise ClaimsError(f"{here}: expected a mapping with an `experiment` name")
+    unknown = sorted(set(spec) - set(STUDY_KEYS))
+    missing = sorted({"rows", "lr_grid", "scan_seeds", "seeds", "budgets"} - set(spec))
+    if unknown or missing:
+        raise ClaimsError(f"{here}: " + (f"unknown keys {unknown}; allowed: {', '.join(STUDY_KEYS)}" if unknown
+                                          else f"missing {', '.join(missing)}"))
+    rows, grid, budgets = spec["rows"], spec["lr_grid"], spec["budgets"]
+    if not isinstance(rows, dict) or not rows or not all(isinstance(v, list) and v for v in rows.values()):
+        raise ClaimsError(f"{here}: rows must map each key to a non-empty list of values, got {rows!r}")
+    if not isinstance(grid, list) or len(set(grid)) < 2 or not all(finite_number(v) and v > 0 for v in grid):
+        raise ClaimsError(f"{here}: lr_grid must list at least two distinct positive learning rates, got {grid!r}")
+    if not int_list(budgets) or not budgets or min(budgets) < 1 or len(set(budgets)) < len(budgets):
+        raise ClaimsError(f"{here}: budgets must be distinct positive step counts, got {budgets!r}")
+    for key in ("scan_seeds", "seeds"):
+        if not int_list(spec[key]) or not spec[key] or len(set(spec[key])) < len(spec[key]):
+            raise ClaimsError(f"{here}: {key} must be a non-empty list of distinct integers, got {spec[key]!r}")
+    if shared := sorted(set(spec["scan_seeds"]) & set(spec["seeds"])):
+        raise ClaimsError(f"{here}: seeds {shared} are both scan and planned seeds: an LR chosen on a seed would "
+                          "flatter that seed's rows")
+    select_at = spec.get("select_at", max(budgets))
+    if select_at not in budgets:
+        raise ClaimsError(f"{here}: select_at={select_at!r} is not one of the budgets {sorted(budgets)}")
+    scan_of = spec.get("scan_of", "")
+    source = (studies or {}).get(scan_of, {}) if scan_of else {}
+    if scan_of and (set(rows) != set(source["rows"]) or any(not set(v) <= set(source["rows"][k])
+                                                           for k, v in rows.items())):
+        raise ClaimsError(f"{here}: rows {rows!r} must be among the rows of {scan_of}, whose scan chooses their LRs")
+    return Study(name, spec["experiment"], {str(k): list(v) for k, v in rows.items()},
+                 tuple(sorted(float(v) for v in grid)), tuple(spec["scan_seeds"]), tuple(spec["seeds"]),
+                 tuple(sorted(budgets)), int(select_at), tuple(spec.get("overrides", ())), scan_of,
+                 source.get("experiment", ""))
+
+
+def load_studies(results_dir) -> dict[str, Study]:
+    """The studies declared in <results_dir>/claims.yaml ({} without the file)."""
+    path = Path(results_dir) / CLAIMS_FILE
+    if not path.exists():
+        return {}
+    data = read_file(path)
+    where = f"claims file {path}"
+    studies = (data or {}).get("studies", {}) if isinstance(data, dict) else {}
+    resolved = parse_studies(studies, where)
+    return {name: parse_study(name, spec, where, resolved) for name, spec in resolved.items()}
