@@ -243,7 +243,7 @@ def readme_ladder_lines(trends: list[dict]) -> list[str]:
         if t["steps"] == max(u["steps"] for u in trends if u["experiment"] == t["experiment"]):
             lines.append(f"| compute multiplier of {t['variant']} over {t['baseline']} as the model grows | "
                          f"{t['experiment']}, train.steps={t['steps']} | **{t['panel']}** | "
-                         f"size ladder fit, robustness panel; fit-free: {_deficit(t)} |")
+                         f"robustness panel; fit-free: {_deficit(t)} |")
     return lines
 
 
