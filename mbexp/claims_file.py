@@ -71,13 +71,15 @@ def _inherit(name: str, spec, studies: dict, where: str):
     budget and overrides, which it must not restate, so that one declaration owns them."""
     if not isinstance(spec, dict) or "scan_of" not in spec:
         return spec
-    here, source = f"{where}, study {name}", studies.get(spec["scan_of"])
+    here, of = f"{where}, study {name}", spec["scan_of"]
+    source = studies.get(of) if isinstance(of, str) and of != name else None
     if not isinstance(source, dict) or "scan_of" in source:
-        raise ClaimsError(f"{here}: scan_of must name another study declared with its own scan, got "
-                          f"{spec['scan_of']!r}")
+        raise ClaimsError(f"{here}: scan_of must name another study declared with its own scan, got {of!r}")
+    if spec.get("experiment") == source.get("experiment"):
+        raise ClaimsError(f"{here}: its runs need an experiment of their own, not {of}'s {source['experiment']!r}")
     if restated := [k for k in SCANNED if k in spec]:
         raise ClaimsError(f"{here}: {', '.join(restated)} come from the study whose scan it reuses "
-                          f"({spec['scan_of']}); do not restate them")
+                          f"({of}); do not restate them")
     return {**spec, **{k: source[k] for k in SCANNED if k in source}}
 
 

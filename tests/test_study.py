@@ -73,13 +73,23 @@ def test_a_study_reusing_a_scan_inherits_it_and_its_claims_digest_follows_it(tmp
 
     c = studies.cost(rep, tmp_path)  # no runs yet; its design counts its planned seeds only
     assert c["design_steps"] == 18 * 1 * 2 and c["naive_steps"] == 1 * 2 * 2 * (8 + 16) and c["steps"] == 0
-    for bad, message in ((rep_spec := {"experiment": "e", "scan_of": "tiny", "rows": {"ffn": ["swiglu"]},
-                                       "seeds": [3]}) | {"lr_grid": [1e-3, 1e-2]}, "lr_grid come from the study"), \
-                        (rep_spec | {"scan_of": "nope"}, "scan_of must name another study"), \
-                        (rep_spec | {"rows": {"ffn": ["gelu"]}}, "must be among the rows of tiny"), \
-                        (rep_spec | {"seeds": [0]}, "both scan and planned seeds"):
-        with pytest.raises(ClaimsError, match=message):
-            parse_studies({"tiny": yaml.safe_load(STUDY.format(cache="c"))["studies"]["tiny"], "rep": bad}, "x")
+
+
+REP = {"experiment": "e", "scan_of": "tiny", "rows": {"ffn": ["swiglu"]}, "seeds": [3]}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"lr_grid": [1e-3, 1e-2]}, "lr_grid come from the study whose scan it reuses"),
+    ({"scan_of": "nope"}, "scan_of must name another study"),
+    ({"scan_of": ["tiny"]}, "scan_of must name another study"),
+    ({"experiment": "smoke"}, "need an experiment of their own"),
+    ({"rows": {"ffn": ["gelu"]}}, "must be among the rows of tiny"),
+    ({"seeds": [0]}, "both scan and planned seeds"),
+])
+def test_a_study_reusing_a_scan_refuses_what_it_cannot_inherit(change, message):
+    tiny = yaml.safe_load(STUDY.format(cache="c"))["studies"]["tiny"]
+    with pytest.raises(ClaimsError, match=message):
+        parse_studies({"tiny": tiny, "rep": REP | change}, "claims file x")
 
 
 def test_ctrl_c_during_a_study_is_one_line_and_exit_130(tmp_path, monkeypatch, capsys):
