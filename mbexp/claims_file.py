@@ -103,6 +103,11 @@ class Study:
     def scan_experiment(self) -> str:
         return (self.scanned or self.experiment) + SCAN_SUFFIX
 
+    @property
+    def own_scan_seeds(self) -> tuple:
+        """The scan seeds this study trains itself: none when it reuses another study's scan."""
+        return () if self.scan_of else self.scan_seeds
+
     def row_values(self) -> list[tuple]:
         return list(product(*self.rows.values()))
 

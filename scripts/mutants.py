@@ -109,8 +109,8 @@ MUTANTS = [
            "ratio = (m[first] / m[last],", (T + "test_scaling_rules.py",)),
     Mutant("reused_scan_not_inherited", "mbexp/claims_file.py", "return {**spec, **{k: source[k] for k in SCANNED",
            "return {**source, **spec, **{k: spec[k] for k in SCANNED", (T + "test_study.py",)),
-    Mutant("reused_scan_counted_again", "mbexp/analysis/studies.py", "scan_seeds = () if study.scan_of else",
-           "scan_seeds = () if False else", (T + "test_study.py",)),
+    Mutant("reused_scan_counted_again", "mbexp/claims_file.py", "return () if self.scan_of else self.scan_seeds",
+           "return self.scan_seeds", (T + "test_study.py",)),
 ]
 
 

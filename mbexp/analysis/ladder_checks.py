@@ -102,7 +102,7 @@ def read_trends(points: pd.DataFrame, group: pd.DataFrame, rows: list[dict], bas
     both p Holm-adjusted over the budget's variants, as a ladder claim reads them) and, with `panels` (a list the
     budget's panel rows are appended to), the panel's verdict (`draws`: the shared-floor fit's bootstrap)."""
     from mbexp.analysis.stats import ALPHA
-    from mbexp.analysis.trend import holm_p, ladder_deltas, trend
+    from mbexp.analysis.trend import holm_p, ladder_deltas, reading, trend
 
     found = panel(group, baseline, resamples, draws) if panels is not None else None
     if found is not None:
@@ -111,8 +111,7 @@ def read_trends(points: pd.DataFrame, group: pd.DataFrame, rows: list[dict], bas
     if budget != "all" and variants:
         got = [trend(ladder_deltas(points, row["variant"], baseline, budget)) for row in variants]
         for row, t, p in zip(variants, got, holm_p(got)):
-            reading = ("shrinks" if t.slope < 0 else "grows") if p < ALPHA else "not resolved"
-            row |= {"fit_free": reading, "fit_free_slope": t.slope, "fit_free_p": p}
+            row |= {"fit_free": reading(t.slope, p < ALPHA), "fit_free_slope": t.slope, "fit_free_p": p}
     for row in variants:
         if found is not None and (found["variant"] == row["variant"]).any():
             row["panel"] = verdict(list(found.loc[found["variant"] == row["variant"], "trend"]))

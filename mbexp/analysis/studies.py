@@ -46,8 +46,10 @@ def annotate(tables: dict[str, Table], results_dir) -> None:
 
 def _runs(study: Study, results_dir) -> list[dict]:
     """The summaries of every run the study made: its scan and its planned seeds, at its budgets."""
-    out, scan = [], () if study.scan_of else ((study.scan_experiment, study.scan_seeds),)
-    for experiment, seeds in (*scan, (study.experiment, study.seeds)):
+    out = []
+    for experiment, seeds in ((study.scan_experiment, study.own_scan_seeds), (study.experiment, study.seeds)):
+        if not seeds:
+            continue  # a reused scan: counted by the study that ran it
         for path in sorted((Path(results_dir) / "runs" / experiment).glob("*/seed=*/summary.json")):
             s = read_summary(path.parent)
             if s and s.get("seed") in seeds and s.get("steps") in study.budgets and s.get("step"):
@@ -78,7 +80,7 @@ def cost(study: Study, results_dir) -> dict:
         tokens += own * (s.get("tokens_seen") or 0) / s["step"]
         seconds += (s.get("wall_time_s") or 0) - branched.get("wall_time_s", 0)
     rows, grid = len(study.row_values()), len(study.lr_grid)
-    scan_seeds = () if study.scan_of else study.scan_seeds
+    scan_seeds = study.own_scan_seeds
     naive = rows * grid * len(set(scan_seeds) | set(study.seeds)) * sum(study.budgets)
     design = per_run_steps(study) * rows * (grid * len(scan_seeds) + len(study.seeds))
     return {"study": study.name, "steps": int(steps), "tokens": int(tokens), "run_seconds": round(seconds),

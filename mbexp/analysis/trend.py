@@ -74,10 +74,13 @@ def trend(deltas: dict, level: float = LEVEL, alpha: float = ALPHA) -> Trend:
     else:
         half, p = 0.0, float(slope == 0)
     p_perm = _permutation_p(x, y, slope)
-    resolved = p < alpha and p_perm < alpha
-    reading = ("shrinks" if slope < 0 else "grows") if resolved else "not resolved"
     return Trend(means, tuple(seeds), tuple(float(s) for s in per_seed), float(slope), float(slope - half),
-                 float(slope + half), p, p_perm, reading)
+                 float(slope + half), p, p_perm, reading(slope, p < alpha and p_perm < alpha))
+
+
+def reading(slope: float, resolved: bool) -> str:
+    """How a trend of Δ over size reads: "shrinks" / "grows" by its slope's sign when resolved."""
+    return ("shrinks" if slope < 0 else "grows") if resolved else "not resolved"
 
 
 def holm_p(trends: list[Trend]) -> list[float]:
