@@ -26,15 +26,8 @@ VAL_LOSS_TOLERANCE = 0.01  # bf16 autocast counts as "equal loss" within 1% of f
 # compile=auto with a record: compile when the run pays the (cold-cache) compile time back PAYBACK times over,
 # so a noisy break-even estimate cannot make a run slower than eager.
 PAYBACK = 1.5
-# compile=auto without a record: the run length from which compiling paid, by device type and precision
-# (None: never). Measured with `make bench` (model=tiny, batch 16 x 128) and plain runs:
-# - cpu, bf16 (2-core AMD EPYC with AVX512-BF16, torch 2.13; docs/speed.md): compiling took 28.5 s and saved
-#   0.04 s/step (1.33x the plain loop), paying after 700 steps; the default 300-step run stays eager.
-# - cpu, fp32 (2-core AMD EPYC without AVX512 or bf16, torch 2.13; issue 24): compiled 0.91x eager at steady
-#   state (8,915 vs 9,638 tokens/s), 0.85x over a whole 2,000-step run; plain 400-step runs 0.86-0.88x. Never.
-# - cuda (one H200; results/bench/cuda.json): model=tiny compiled in 20.4 s and paid after 3,417 steps; the GPU
-#   presets' 21M-parameter model paid after 2,170 steps. Their 4,000-step runs compile. (Measured at bf16;
-#   fp32 on CUDA keeps the same rule, unmeasured.)
+# compile=auto without a record: the run length from which compiling paid, by device type and precision (None:
+# never), as `make bench` measured it (docs/speed.md for the CPUs, docs/gpu.md for CUDA; fp32 CUDA follows bf16).
 COMPILE_MIN_STEPS = {("cpu", "bf16"): 1000, ("cpu", "fp32"): None, ("cuda", "bf16"): 3500, ("cuda", "fp32"): 3500}
 
 
@@ -58,6 +51,15 @@ def isa_flags(info: str) -> list[str]:
     return [f for f in ISA_FLAGS if f in have]
 
 
+def cpu_isa() -> list[str]:
+    """This CPU's ISA_FLAGS that torch's kernels may use: none of AVX512 or AMX unless torch's CPU capability (which
+    ATEN_CPU_CAPABILITY can lower) is AVX512, as its bf16 kernels then refuse to run."""
+    flags = isa_flags(cpuinfo())
+    if torch.backends.cpu.get_cpu_capability() != "AVX512":
+        flags = [f for f in flags if not f.startswith(("avx512", "amx"))]
+    return flags
+
+
 def native_bf16(flags: list[str]) -> bool:
     """Whether a CPU with these ISA flags has bf16 matmul instructions (AVX512-BF16 or AMX)."""
     return "avx512_bf16" in flags or "amx_bf16" in flags
@@ -67,7 +69,7 @@ def has_native_bf16(device: torch.device) -> bool:
     """Whether this device runs bf16 matmuls natively: a GPU that supports bf16, a CPU with AVX512-BF16 or AMX."""
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
-    return native_bf16(isa_flags(cpuinfo()))
+    return native_bf16(cpu_isa())
 
 
 def machine_key(device: torch.device) -> str:
@@ -75,8 +77,7 @@ def machine_key(device: torch.device) -> str:
     torch 2.13.0+cpu, 2 threads'."""
     if device.type == "cuda":
         return f"cuda {torch.cuda.get_device_name(device)}, torch {torch.__version__}"
-    info = cpuinfo()
-    return (f"{device.type} {cpu_model(info) or 'unknown CPU'} [{' '.join(isa_flags(info))}], "
+    return (f"{device.type} {cpu_model(cpuinfo()) or 'unknown CPU'} [{' '.join(cpu_isa())}], "
             f"torch {torch.__version__}, {torch.get_num_threads()} threads")
 
 
@@ -148,7 +149,7 @@ def compile_pays(m: dict, steps: int) -> bool:
 
 def resolve_precision(setting: str, device: torch.device, found: dict | None = None) -> str:
     """precision=auto: bf16 autocast where the record measured it faster at equal loss; without a record, where
-    the hardware runs it natively (a CPU with AVX512-BF16 or AMX: 1.25x fp32, docs/speed.md), else fp32."""
+    the hardware runs it natively (a CPU with AVX512-BF16 or AMX, docs/speed.md), else fp32."""
     if setting != "auto":
         return setting
     if found and "precision" in found:

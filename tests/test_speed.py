@@ -2,10 +2,13 @@
 measured rules; no test times anything: the measurements are written as `make bench` would write them."""
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 
 import torch
-from tiny import clean, overrides
+from tiny import REPO, clean, overrides
 
 from mbexp import speed
 from mbexp.config import compose_config, model_spec, to_object
@@ -13,7 +16,7 @@ from mbexp.data import prepare
 from mbexp.trainer import train
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
-EAGER_FASTER = {"eager_step_s": 0.100, "compiled_step_s": 0.110, "compile_s": 30.0}  # issue 24's fp32 host
+EAGER_FASTER = {"eager_step_s": 0.100, "compiled_step_s": 0.110, "compile_s": 30.0}  # fp32 on a CPU without bf16
 COMPILE_PAYS = {"eager_step_s": 0.144, "compiled_step_s": 0.104, "compile_s": 28.5}  # the bf16 host: 700 steps
 
 
@@ -38,11 +41,11 @@ def test_a_recorded_payback_compiles_only_runs_that_pay_it_back_with_margin():
 
 
 def test_without_a_record_the_measured_rules_decide():
-    # issue 24: compiled fp32 ran 0.91x eager on a CPU without bf16: never compiled by default
+    # a CPU without bf16 ran compiled fp32 slower than eager (docs/speed.md): never compiled by default
     assert not speed.resolve_compile("auto", CPU, 10**6, "fp32")
-    # the bf16 CPU paid after 700 steps: the default 300-step run stays eager, the 2,000-step budgets compile
+    # a bf16 CPU: the default 300-step run stays eager, the 2,000-step budgets compile (docs/speed.md)
     assert not speed.resolve_compile("auto", CPU, 300, "bf16") and speed.resolve_compile("auto", CPU, 1000, "bf16")
-    # the H200 paid after 3,417 steps (model=tiny): 2,000-step runs stay eager, the presets' 4,000-step runs compile
+    # CUDA: 2,000-step runs stay eager, the presets' 4,000-step runs compile (docs/gpu.md)
     assert not speed.resolve_compile("auto", CUDA, 3417, "bf16") and speed.resolve_compile("auto", CUDA, 3500, "bf16")
     preset = to_object(compose_config(["+experiment=shazeer_ffn"]))
     assert speed.resolve_compile(preset.compile, CUDA, preset.train.steps, "bf16")
@@ -71,6 +74,15 @@ def test_the_cpu_isa_is_read_from_cpuinfo():
     assert speed.cpu_model("") == "" and speed.isa_flags("") == []
     key = speed.machine_key(CPU)  # this machine: its CPU, ISA flags, torch and threads
     assert key.startswith("cpu ") and torch.__version__ in key and f"{torch.get_num_threads()} threads" in key
+
+
+def test_a_torch_capability_below_avx512_leaves_bf16_to_fp32():
+    # ATEN_CPU_CAPABILITY=avx2 on an AVX512-BF16 CPU: torch's bf16 attention kernels refuse to run there
+    code = ("import torch; from mbexp import speed; cpu = torch.device('cpu'); "
+            "print(speed.cpu_isa(), speed.resolve_precision('auto', cpu), speed.machine_key(cpu))")
+    env = os.environ | {"ATEN_CPU_CAPABILITY": "avx2", "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert "avx512" not in out and "amx" not in out and " fp32 cpu " in out
 
 
 def test_the_record_is_per_machine_and_shape_and_keeps_each_precisions_measurement(tmp_path):

@@ -27,9 +27,10 @@ def device_slug(device: torch.device) -> str:
 
 def machine_info(device: torch.device) -> dict:
     cpuinfo = speed.cpuinfo()
-    isa = speed.isa_flags(cpuinfo)
+    isa = speed.cpu_isa()
     info = {"device": str(device), "cpu": speed.cpu_model(cpuinfo) or platform.processor(), "cpu_isa": isa,
             "cpu_bf16": speed.native_bf16(isa), "machine_key": speed.machine_key(device), "cpu_count": os.cpu_count(),
+            "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
             "python": platform.python_version(), "load_avg_start": os.getloadavg()[0],
             "env": {k: os.environ[k] for k in THREAD_ENV if k in os.environ}}
