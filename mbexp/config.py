@@ -61,7 +61,7 @@ class DataConfig:
     vocab_size: int = 4096
     min_frequency: int = 2
     val_fraction: float = 0.05
-    test_fraction: float = 0.05  # held out for the final evaluation only (0: no test split, as before v0.2)
+    test_fraction: float = 0.05  # held out for the final evaluation only (0: no test split)
     val_windows: int = 64  # fixed validation budget: this many seq_len windows
     max_docs: int | None = None  # cap for the large hub corpora
     cache_dir: str = "data_cache"

@@ -13,6 +13,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+import mbexp
+
+if __name__ == "__main__":  # an entry point: its environment defaults, before torch loads
+    mbexp.set_entry_defaults()
+
 import hydra
 from hydra.errors import CompactHydraException, HydraException
 from omegaconf import DictConfig

@@ -1,4 +1,4 @@
-"""`make gpu-ladder-bench`: how best to run a sweep of small models on one GPU (issue 22, docs/gpu.md).
+"""`make gpu-ladder-bench`: how best to run a sweep of small models on one GPU (docs/gpu.md).
 
 The same sweep (RUNS runs: seeds 0 .. RUNS-1 of the ReLU FFN, STEPS steps each, batch 128, data=bigtxt so no
 network is needed, logger=none, compile off so every recipe runs the same eager kernels) is launched per model

@@ -1,4 +1,4 @@
-"""Issue 20: every bad input, fault or outage ends in one true line; every input a run depends on is in its identity.
+"""Every bad input, fault or outage ends in one true line; every input a run depends on is in its identity.
 
 Each case runs `python -m mbexp.train` as a user types it and checks the exit code, the one `error:`/`warning:`
 line on stderr, no traceback, and what is left under results/ (nothing, or the resumable run)."""

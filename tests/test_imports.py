@@ -2,6 +2,7 @@
 line's pre-flight runs without torch."""
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,8 +21,8 @@ def module_name(path: Path, root: Path) -> str:
 
 def import_graph(root: Path) -> dict[str, set[str]]:
     """Each module of the package under `root` -> the package's modules it imports, at module level or inside a
-    function (a deferred import that closes a circle is still one: issue 23's config -> model -> norms -> config
-    ran through config.model_spec's); `from a import b` counts the module a.b where there is one, else a."""
+    function (a deferred import that closes a circle is still one: config -> model -> norms -> config can run
+    through a function's import); `from a import b` counts the module a.b where there is one, else a."""
     paths = {module_name(p, root): p for p in root.rglob("*.py")}
     graph = {}
     for name, path in paths.items():
@@ -67,7 +68,7 @@ def test_mbexp_imports_run_one_way():
     assert not any(target == "mbexp.config" for m in graph if m.startswith("mbexp.model") for target in graph[m])
 
 
-def test_the_check_finds_issue_23s_circle_deferred_imports_included(tmp_path):
+def test_the_check_finds_a_circle_deferred_imports_included(tmp_path):
     files = {"__init__.py": "", "names.py": "", "config.py": "def spec():\n    from pkg.model import Spec\n",
              "model/__init__.py": "from pkg.model.norms import build\n",
              "model/norms.py": "from ..config import rule\n"}
@@ -104,3 +105,37 @@ def test_help_and_the_printed_config_load_no_torch(flag):
     assert ("norm:\n  name: rms" in proc.stdout) if flag[0] == "--cfg" else ("== Config ==" in proc.stdout)
     loaded = imported(proc.stderr)
     assert "hydra" in loaded and "torch" not in loaded
+
+
+def test_no_module_touches_the_environment_at_import_and_an_entry_point_sets_its_defaults():
+    code = """if True:
+        import importlib, os, pkgutil, runpy, sys
+        os.environ.pop("OMP_WAIT_POLICY", None)
+        before = dict(os.environ)
+        import mbexp
+        for module in pkgutil.walk_packages(mbexp.__path__, "mbexp."):
+            importlib.import_module(module.name)
+        print(sorted(set(os.environ.items()) ^ set(before.items())))
+        sys.argv = ["mbexp.train", "--help"]
+        try:
+            runpy.run_module("mbexp.train", run_name="__main__")
+        except SystemExit:
+            print(os.environ.get("OMP_WAIT_POLICY"))
+    """
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", code], cwd=PACKAGE.parent, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0] == "[]" and lines[-1] == "PASSIVE", proc.stdout[-2000:]
+
+
+HISTORY = re.compile(r"\bissue\s*#?\d+|\bv\d+\.\d+\b", re.IGNORECASE)  # an issue number, a version name
+
+
+def test_the_code_carries_no_issue_numbers_or_version_history():
+    # history lives in git (docs/contributing.md); the code says what is, and why
+    paths = [p for d in ("mbexp", "scripts", "tests", "conf") for p in (PACKAGE.parent / d).rglob("*")
+             if p.suffix in (".py", ".yaml", ".sh")]
+    found = [f"{p.relative_to(PACKAGE.parent)}:{n}: {line.strip()}" for p in paths
+             for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if HISTORY.search(line)]
+    assert len(paths) > 100 and not found, "\n".join(found)

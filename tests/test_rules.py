@@ -85,11 +85,11 @@ def test_multirun_flag_moves_to_the_front(argv, expected):
 
 # Golden config -> run-directory pairs. A change that renames a finished run makes a rerun of its sweep
 # train it again: update these only on purpose, and say so in the commit. The data.test_fraction=0 rows
-# are the directories of runs made before the test split existed (v0.1); the others date from it (v0.2).
+# are the directories of runs made before the test split existed; the others date from it.
 GOLDEN_RUN_DIRS = [
     ([], "default/layer-pre-relu-matched-wu30-d18382fd/seed=0"),
     (["norm=rms", "ffn=swiglu", "seed=2"], "default/rms-pre-swiglu-matched-wu30-01c9939f/seed=2"),
-    # shazeer_ffn_cpu is pinned to data.test_fraction=0: its committed v0.1 runs keep their directories
+    # shazeer_ffn_cpu is pinned to data.test_fraction=0: its committed runs keep their directories
     (["+experiment=shazeer_ffn_cpu", "ffn=geglu"], "shazeer_ffn_cpu/layer-pre-geglu-matched-wu30-f81ec59c/seed=0"),
     (["+experiment=ffn_budgets_cpu", "ffn=geglu"], "ffn_budgets_cpu/layer-pre-geglu-matched-wu30-9c172d7f/seed=0"),
     (["compile=true"], "default/layer-pre-relu-matched-wu30-d18382fd/seed=0"),
@@ -98,14 +98,13 @@ GOLDEN_RUN_DIRS = [
      "default/rms-pre-swiglu-matched-wu30-d75a6e46/seed=2"),
     (["data.test_fraction=0", "+experiment=warmup_sensitivity_cpu", "placement=post", "optim.warmup_steps=100"],
      "warmup_sensitivity_cpu/layer-post-relu-matched-wu100-96b8f681/seed=0"),
-    # v0.3: the options of issue 13 (new placements, DyT, GQA, biases, tanh GELU, QK-norm, sinusoidal, presets)
+    # placements beyond pre/post, DyT, GQA, biases, tanh GELU, QK-norm, sinusoidal positions, presets
     (["norm=dyt", "placement=peri"], "default/dyt-peri-relu-matched-wu30-ea2dcd4d/seed=0"),
     (["placement=deepnorm", "norm=rms", "norm.eps=1e-6"], "default/rms-deepnorm-relu-matched-wu30-aeec9cec/seed=0"),
     (["+arch=gpt2"], "default/layer-pre-gelu-4d-bias-gelutanh-wu30-2ee83e28/seed=0"),
     (["+arch=vaswani"], "default/layer-post-relu-4d-bias-sinusoidal-wu30-04672253/seed=0"),
     (["norm=dyt", "norm.alpha_init=0.8"], "default/dyt-pre-relu-matched-a0.8-wu30-f3ab3b13/seed=0"),
-    # issue 23: the llama and olmo2 presets took their checkpoints' RoPE base (500,000) and untied head, a change
-    # of what they compute, so their directories changed on purpose (no committed run used them)
+    # the llama and olmo2 presets take their checkpoints' RoPE base (500,000) and untied head
     (["+arch=llama", "model.n_kv_heads=2"], "default/rms-pre-swiglu-8_3d-kv2-rope500000-wu30-18c500f1/seed=0"),
     (["+arch=olmo2"], "default/rms-output-swiglu-8_3d-qkproj-rope500000-wu30-ed9d1927/seed=0"),
     (["+arch=gemma"], "default/rms-peri-geglu-4d-qkhead-gelutanh-embscale-rope1000000-wu30-4996f260/seed=0"),

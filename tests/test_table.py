@@ -36,7 +36,7 @@ def write_run(
     **fields,
 ) -> Path:
     """Write runs/<experiment>/<variant>/seed=<s>/summary.json (and metrics.jsonl if `curve`); returns the run dir.
-    The test loss defaults to final + 0.05; `legacy` writes a v0.1 summary (no identity, no test split)."""
+    The test loss defaults to final + 0.05; `legacy`: a summary of the first schema (no identity, no test split)."""
     norm, placement, ffn, hidden = row.split("-")
     identity = {"norm.name": norm, "placement.name": placement, "ffn.name": ffn, "hidden.name": hidden,
                 "optim.lr": lr, "optim.warmup_steps": warmup, "train.steps": steps, "optim.betas": [0.9, 0.95],

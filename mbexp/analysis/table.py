@@ -262,7 +262,7 @@ def _order(row: dict) -> tuple:
         value = row[axis]
         ranks.append((names.index(value), "") if value in names else (len(names), str(value)))
     size = row["params_non_embedding"]
-    return (*ranks, size if size == size else 0, row["label"])  # size != size: NaN, a summary from before v0.2
+    return (*ranks, size if size == size else 0, row["label"])  # size != size: NaN, a summary without a size
 
 
 def pick_baseline(rows: pd.DataFrame, choice: str | None = None) -> int:

@@ -6,7 +6,7 @@ from mbexp import speed
 from mbexp.bench.harness import ESTIMATE, BareLoop, Bench, log, summarize
 
 # mbexp's defaults against the plain loop, steady-state tokens/s, by the precision precision=auto resolves to:
-# 1.3x where bf16 runs natively; without it never below the plain loop (issue 24: compiled fp32 was 0.91x)
+# 1.3x where bf16 runs natively; without it never below the plain loop
 SPEED_BAR = {"bf16": 1.3, "fp32": 1.0}
 WHOLE_RUN_STEPS = 2000  # ... and the whole run of this many steps, compile included
 
