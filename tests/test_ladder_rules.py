@@ -9,8 +9,11 @@ import pytest
 from scipy import stats as scipy_stats
 from test_scaling import curve, write_ladder
 from test_table_rules import holm_by_hand
+from tiny import REPO
 
-from mbexp.analysis import ladder_checks, powerlaw, table
+from mbexp.analysis import ladder_checks, powerlaw, studies, table
+from mbexp.analysis.claims import evaluate_claim, load_claims
+from mbexp.analysis.collect import collect_runs
 
 
 def losses(results, ffn: str, size: str, steps: int = 600) -> list[float]:
@@ -77,3 +80,46 @@ def test_a_draw_with_a_loss_at_or_below_zero_is_no_fit():
     points = pd.DataFrame({"variant": ["a"] * 3, "compute": [1e12, 2e12, 4e12], "loss": [5.0, 4.0, -0.1]})
     with pytest.raises(RuntimeError, match="at or below 0"):
         powerlaw.fit(points)
+
+
+def test_a_trend_claim_names_its_slow_starts_edge_lrs_and_permutation_p_on_the_committed_replication():
+    results = REPO / "results"
+    runs = collect_runs(results)
+    tables = table.tables_for(runs[runs["experiment"] == "ladder_wsd_rep_cpu"])
+    studies.annotate(tables, results)
+    claim = next(c for c in load_claims(results / "claims.yaml") if c.id == "ladderwsd-rep-deficit-shrinks-600")
+    got = evaluate_claim(claim, tables["ladder_wsd_rep_cpu"])
+
+    # by hand from the summaries: early loss > 5 robust SDs (1.4826 MAD) above the median of the cell's other seeds
+    cells = {}
+    for path in (results / "runs" / "ladder_wsd_rep_cpu").glob("*/seed=*/summary.json"):
+        s = json.loads(path.read_text())
+        if s["steps"] == 600 and s["status"] == "completed":
+            cells.setdefault(s["row"], {})[s["seed"]] = s["early_val_loss"]
+    slow = {}
+    for row, early in cells.items():
+        for seed, value in early.items():
+            others = pd.Series({k: v for k, v in early.items() if k != seed})
+            if value - others.median() > 5 * 1.4826 * (others - others.median()).abs().median():
+                slow.setdefault(row, []).append(seed)
+    assert slow == {"layer-pre-relu-matched-ladder96": [208]}
+    assert all(c.slow == slow for c in got.comparisons) and "slow starts" in got.tags
+
+    # by hand from the scan: each row's best mean validation loss over the grid at 600 steps; an end: an edge
+    losses = {}
+    for path in (results / "runs" / "ladder_wsd_cpu_scan").glob("*/seed=*/summary.json"):
+        s = json.loads(path.read_text())
+        if s["steps"] == 600:
+            losses.setdefault(s["row"], {}).setdefault(s["identity"]["optim.lr"], []).append(s["final_val_loss"])
+    grid = sorted(claim.protocol["lr_grid"])
+    edges = {}
+    for row, by_lr in losses.items():
+        best = min(by_lr, key=lambda lr: sum(by_lr[lr]) / len(by_lr[lr]))
+        if best in (grid[0], grid[-1]):
+            edges[row] = "low" if best == grid[0] else "high"
+    assert edges == {"layer-pre-geglu-matched-ladder96": "low"} and "LR at grid edge" in got.tags
+    assert any("geglu-matched-ladder96 (low)" in q for q in got.qualifiers)
+
+    # both p's a trend claim reads: the permutation p is Holm-adjusted too, and p_holm is the larger
+    for c in got.comparisons:
+        assert 0 < c.p_permutation <= c.p_permutation_holm <= c.p_holm < 0.05

@@ -1,6 +1,7 @@
 """A declared LR study end to end (docs/studies.md): scan, choice on validation, planned seeds, the table's chosen
 LR and edge flag, the own-LR condition, and the compute against the naive grid."""
 
+import json
 import subprocess
 import sys
 
@@ -141,6 +142,7 @@ def test_the_study_command_scans_chooses_and_runs_the_planned_seeds(tmp_path, ca
     c = studies.cost(load_studies(results)["tiny"], results)
     assert c["design_steps"] == 18 * 2 * (2 * 1 + 2) == c["steps"]
     assert c["naive_steps"] == 2 * 2 * 3 * (8 + 16) and c["design_ratio"] == pytest.approx(144 / 288)
+    assert c["unbranched"] == 0 and "from scratch" not in "".join(studies.cost_lines(results))
 
     # the claim's conditions hold (each row at its scan's LR) and it was declared before its runs
     import importlib.util
@@ -151,5 +153,16 @@ def test_the_study_command_scans_chooses_and_runs_the_planned_seeds(tmp_path, ca
     assert make_table.main(["--results", str(results), "--no-wandb"]) == 0
     claims = pd.read_csv(results / "tables" / "claims.csv").iloc[0]
     assert claims["standing"] == "confirmatory" and pd.isna(claims["conditions_unmet"])
+    edge = claims["qualifiers"].partition("best LR at an end of the scan's grid for ")[2]  # two LRs: an end
+    assert "relu (" in edge and "swiglu (" in edge
     shown = (results / "tables" / "smoke.md").read_text()
     assert "lr (scan)" in shown and "edge" in shown
+
+    # a smaller budget trained from scratch (no branch record) costs its trunk again, and the cost line says so
+    path = next(p for p in sorted((results / "runs" / "smoke").glob("*/seed=*/summary.json"))
+                if json.loads(p.read_text())["steps"] == 8)
+    path.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k != "branched"}))
+    c = studies.cost(load_studies(results)["tiny"], results)
+    assert (c["unbranched"], c["unbranched_steps"], c["steps"]) == (1, 6, 18 * 2 * 4 + 6)
+    assert "1 run(s) of a smaller budget trained from scratch, not branched: 6 steps beyond a branch" in "".join(
+        studies.cost_lines(results))

@@ -8,7 +8,7 @@ import pandas as pd
 from mbexp.analysis import stats
 from mbexp.analysis.ladder_claims import ladder_trend
 from mbexp.analysis.table import SENSITIVITY_AXES, Table, cell_runs, losses_at, setting, slow_start_seeds
-from mbexp.analysis.verdicts import Comparison, Result, outcome, seed_range, verdict
+from mbexp.analysis.verdicts import Comparison, Result, edge_text, lr_edges, outcome, seed_range, short, verdict
 from mbexp.declarations import (
     CONFIRMATORY,
     EQUIVALENT,
@@ -208,6 +208,8 @@ def qualifiers(claim: Claim, table: Table, cells: dict, present: dict, compariso
                 if claim.statistic == "sensitivity_diff" and len(edge) > 1 else "its sensitivity is a lower bound"
             add("best warm-up at grid edge", f"best warm-up the largest tried for "
                 f"{', '.join(short(label, cells) for label in edge)}: {bound}")
+    if edges := lr_edges(table, cells):
+        add("LR at grid edge", edge_text(edges, lambda label: short(label, cells)))
     slow = {label: slow_start_seeds(r) for label, r in cells.items() if claim.statistic == "delta"}
     if any(slow.values()):
         add("slow starts", "slow start (shown, not dropped): " + "; ".join(
@@ -221,16 +223,3 @@ def _edge(table: Table, label: str, seeds) -> bool:
     """Whether the warm-up best on validation is the largest tried: the sensitivity is then a lower bound."""
     settings, best, _ = _warmups(table, label, seeds)
     return best is not None and len(settings) > 1 and best == settings[-1]
-
-
-def short(label: str, labels) -> str:
-    """A label without the dash-separated words every label of its family shares at the start and the end."""
-    words = [str(lab).split("-") for lab in labels]
-    head = 0
-    while all(len(w) > head + 1 for w in words) and len({w[head] for w in words}) == 1:
-        head += 1
-    tail = 0
-    while all(len(w) > head + tail + 1 for w in words) and len({w[-1 - tail] for w in words}) == 1:
-        tail += 1
-    mine = label.split("-")
-    return "-".join(mine[head:len(mine) - tail]) if len(words) > 1 else label

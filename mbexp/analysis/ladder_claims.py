@@ -5,9 +5,9 @@ import math
 
 from mbexp.analysis import stats
 from mbexp.analysis.scaling import ladder_points
-from mbexp.analysis.table import Table
+from mbexp.analysis.table import Table, cell_runs, slow_start_seeds
 from mbexp.analysis.trend import holm_p, ladder_deltas, trend
-from mbexp.analysis.verdicts import Comparison, Result, outcome, seed_range, verdict
+from mbexp.analysis.verdicts import Comparison, Result, edge_text, lr_edges, outcome, seed_range, short, verdict
 from mbexp.declarations import CONFIRMATORY, EXPLORATORY, NOT_AS_DECLARED, NOT_TESTED, Claim
 
 
@@ -20,11 +20,14 @@ def ladder_trend(claim: Claim, table: Table | None) -> Result:
 
     def tested(seeds) -> tuple[list[Comparison], int]:
         trends, steps, sizes = claim_trends(table, claim.pairs, claim.at, seeds)
+        slow = slow_starts(table, steps)
         out = [Comparison(r, b, t.interval, t90.interval, t.per_seed, len(t.seeds),
+                          slow={label: s for (v, _), (label, s) in slow.items() if v in (r, b) and s},
                           per_size={sizes[n]: d for n, d in t.deltas.items()})
                for (r, b), (t, t90) in zip(claim.pairs, trends)]
-        for c, p in zip(out, holm_p([t for t, _ in trends])):
-            c.p_holm = p
+        got = [t for t, _ in trends]
+        for c, t, p, q in zip(out, got, holm_p(got), stats.holm([t.p_permutation for t in got])):
+            c.p_holm, c.p_permutation, c.p_permutation_holm = p, t.p_permutation, float(q)
             c.mark = stats.mark(c.interval.delta, c.p_holm, math.nan)
             c.outcome = outcome(claim, c)
             c.seeds_needed = stats.seeds_needed(c.interval.delta, c.deltas.std(ddof=1))  # of the per-seed slopes
@@ -56,9 +59,26 @@ def ladder_trend(claim: Claim, table: Table | None) -> Result:
     if standing == EXPLORATORY:
         texts.append(f"exploratory: {len(read) - declared} of {len(read)} runs read were not launched under this "
                      "declaration")
+    tags = []
+    read_labels = [label for (v, _), (label, _) in slow_starts(table, steps).items()
+                   if any(v in pair for pair in claim.pairs)]
+    if edges := lr_edges(table, read_labels):
+        tags.append("LR at grid edge")
+        texts.append(edge_text(edges, lambda label: short(label, read_labels)))
+    if slow := {label: s for c in comparisons for label, s in c.slow.items()}:
+        tags.append("slow starts")
+        texts.append("slow start (shown, not dropped): " + "; ".join(
+            f"{short(label, read_labels)} seed {seed_range(s)}" for label, s in slow.items()))
     extra = set().union(*present.values()) - planned
     return Result(claim, comparisons, NOT_AS_DECLARED if unmet else verdict(comparisons), standing, present,
-                  texts + unmet, [], unmet, everyone if extra else [], len(read), declared)
+                  texts + unmet, tags, unmet, everyone if extra else [], len(read), declared)
+
+
+def slow_starts(table: Table, steps: int) -> dict:
+    """(variant, size) -> (the table row's label, its slow-start seeds) at `steps` (table.slow_start_seeds)."""
+    points, _ = ladder_points(table)
+    return {(p.variant, p.size): (p.label, slow_start_seeds(cell_runs(table, p.label, steps)))
+            for p in points[points["steps"] == steps].itertuples()}
 
 
 def claim_trends(table, pairs, at: tuple, seeds=None) -> tuple[list, int, dict]:

@@ -150,10 +150,10 @@ LEGEND = (
 
 CSV_COLUMNS = ["claim", "digest", "standing", "runs_read", "runs_declared", "experiment", "read_at", "hypothesis",
                "statistic", "margin", "row", "baseline", "n", "delta", "ci_low", "ci_high", "ci90_low", "ci90_high",
-               "ci_method", "p", "p_holm", "tost_p_holm", "beyond_p_holm", "mark", "outcome", "seeds_needed",
-               "seed_deltas", "slow_start", "verdict", "conditions_unmet", "seeds_planned", "seeds_present",
-               "n_all_seeds", "delta_all_seeds", "ci_low_all_seeds", "ci_high_all_seeds", "p_holm_all_seeds",
-               "mark_all_seeds", "qualifiers"]
+               "ci_method", "p", "p_holm", "p_permutation", "p_permutation_holm", "tost_p_holm", "beyond_p_holm",
+               "mark", "outcome", "seeds_needed", "seed_deltas", "slow_start", "verdict", "conditions_unmet",
+               "seeds_planned", "seeds_present", "n_all_seeds", "delta_all_seeds", "ci_low_all_seeds",
+               "ci_high_all_seeds", "p_holm_all_seeds", "mark_all_seeds", "qualifiers"]
 
 
 def claims_csv(results: list[Result]) -> str:
@@ -181,7 +181,8 @@ def _comparison_record(c: Comparison) -> dict:
     iv, iv90 = c.interval, c.interval90
     return {"row": c.row, "baseline": c.baseline or "", "n": c.n, "delta": iv.delta, "ci_low": iv.low,
             "ci_high": iv.high, "ci90_low": iv90.low, "ci90_high": iv90.high, "ci_method": iv.method, "p": iv.p,
-            "p_holm": c.p_holm, "tost_p_holm": c.tost_holm, "beyond_p_holm": c.beyond_holm, "mark": c.mark,
+            "p_holm": c.p_holm, "p_permutation": c.p_permutation, "p_permutation_holm": c.p_permutation_holm,
+            "tost_p_holm": c.tost_holm, "beyond_p_holm": c.beyond_holm, "mark": c.mark,
             "outcome": c.outcome, "seeds_needed": c.seeds_needed,
             "seed_deltas": " ".join(f"{s}:{d:+.4f}" for s, d in c.deltas.items()),
             "slow_start": "; ".join(f"{label} {' '.join(map(str, s))}" for label, s in c.slow.items() if s)}
@@ -263,6 +264,7 @@ def claim_section(r: Result) -> list[str]:
     if not r.comparisons:
         return lines
     equivalence = claim.hypothesis == "equivalent" or claim.statistic == "sensitivity"  # margins read
+    trend = claim.statistic == "trend"  # its p: the larger of the slope t-test's and the permutation test's
     head = ["comparison", "n", "Δ (95% CI)", "90% CI", "p (Holm, family)"]
     head += ["TOST p (Holm)", f"beyond ±{claim.margin:g} p (Holm)"] if equivalence else []
     head += ["mark", "says", "seeds needed", "per-seed Δ"]
@@ -270,12 +272,16 @@ def claim_section(r: Result) -> list[str]:
     for c in r.comparisons:
         iv = c.interval
         cells = [name(r, c), str(c.n), f"{fmt(iv.delta, '+.4f')} {_interval(iv.low, iv.high)}".strip(),
-                 _interval(c.interval90.low, c.interval90.high), fmt(c.p_holm, ".3f")]
+                 _interval(c.interval90.low, c.interval90.high),
+                 fmt(c.p_holm, ".3f") + (f" (permutation {fmt(c.p_permutation_holm, '.2g')})" if trend else "")]
         cells += [fmt(c.tost_holm, ".3f"), fmt(c.beyond_holm, ".3f")] if equivalence else []
-        deltas = " ".join(f"{s}: {d:+.3f}" + ("*" if s in c.slow.get(c.row, []) + c.slow.get(c.baseline, [])
-                                              else "") for s, d in c.deltas.items())
+        slow = set().union(*c.slow.values())  # a trend's: the seeds slow at any size of its row or baseline
+        deltas = " ".join(f"{s}: {d:+.3f}" + ("*" if s in slow else "") for s, d in c.deltas.items())
         cells += [c.mark, c.outcome, _seeds_needed(c.seeds_needed), deltas or "—"]
         lines.append("| " + " | ".join(cells) + " |")
+    if trend:
+        lines += ["", "Δ: the mean per-seed slope of Δ over ln N; p: the larger of the slope t-test's and the "
+                  "permutation test's, each Holm-adjusted over the family (the permutation p in brackets)."]
     if r.added:
         lines += ["", f"With {added_text(r).partition(':')[0]} (shown apart; the verdict reads the planned seeds):",
                   "", "| comparison | n | Δ (95% CI) | p (Holm, family) | mark |", "|:---|---:|---:|---:|:---|"]

@@ -73,7 +73,7 @@ def ladder_points(table: Table) -> tuple[pd.DataFrame, str]:
         first = group["identity"].iloc[0]
         losses = group.set_index("seed")[table.report].astype(float).sort_index()
         records.append({
-            "variant": names[variant],
+            "variant": names[variant], "label": group["label"].iloc[0],
             "size": first["model.name"] if "model.name" in varying else
             ", ".join(f"{k.rsplit('.', 1)[-1]}={setting(first.get(k))}" for k in varying),
             "params_non_embedding": group["params_non_embedding"].iloc[0], "steps": int(steps),
@@ -82,8 +82,8 @@ def ladder_points(table: Table) -> tuple[pd.DataFrame, str]:
         })
     of_label = dict(zip(runs["label"], runs["_variant"]))
     order = list(dict.fromkeys(names[of_label[label]] for label in table.rows["label"] if label in of_label))
-    points = pd.DataFrame(records, columns=["variant", "size", "params_non_embedding", "steps", "compute", "losses",
-                                            "loss", "std", "n"])
+    points = pd.DataFrame(records, columns=["variant", "label", "size", "params_non_embedding", "steps", "compute",
+                                            "losses", "loss", "std", "n"])
     points["_order"] = points["variant"].map(order.index)
     points = points.sort_values(["_order", "steps", "params_non_embedding"]).drop(columns="_order")
     base = runs.loc[runs["label"] == table.baseline, "_variant"]

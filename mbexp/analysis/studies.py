@@ -71,11 +71,16 @@ def cooldown_fraction(study: Study) -> float:
 def cost(study: Study, results_dir) -> dict:
     """Compute spent (steps, tokens, run-seconds: each run's own steps, a branch without its trunk) against the naive
     grid: every row x LR x seed (scan and planned) x budget trained from scratch; and the same ratio by design. A
-    study reusing another's scan (`scan_of`) counts its planned seeds only: the scan is counted where it was run."""
+    study reusing another's scan (`scan_of`) counts its planned seeds only: the scan is counted where it was run.
+    `unbranched`: runs of a smaller budget trained from scratch instead of branched, and the steps that cost."""
     steps = tokens = seconds = 0.0
+    unbranched, over = 0, 0
     for s in _runs(study, results_dir):
         branched = s.get("branched") or {}
         own = s["step"] - branched.get("step", 0)
+        if not branched and s["steps"] < study.budgets[-1]:
+            unbranched += 1
+            over += own - (s["steps"] - cooldown_start(s["steps"], cooldown_fraction(study)))
         steps += own
         tokens += own * (s.get("tokens_seen") or 0) / s["step"]
         seconds += (s.get("wall_time_s") or 0) - branched.get("wall_time_s", 0)
@@ -85,7 +90,7 @@ def cost(study: Study, results_dir) -> dict:
     design = per_run_steps(study) * rows * (grid * len(scan_seeds) + len(study.seeds))
     return {"study": study.name, "steps": int(steps), "tokens": int(tokens), "run_seconds": round(seconds),
             "naive_steps": naive, "design_steps": design, "design_ratio": design / naive,
-            "done": steps / design}
+            "done": steps / design, "unbranched": unbranched, "unbranched_steps": over}
 
 
 def cost_lines(results_dir) -> list[str]:
@@ -94,6 +99,9 @@ def cost_lines(results_dir) -> list[str]:
     for study in load_studies(results_dir).values():
         c = cost(study, results_dir)
         reuse = f", its LRs from the scan of `{study.scan_of}` (counted there)" if study.scan_of else ""
+        if c["unbranched"]:
+            reuse += (f"; {c['unbranched']} run(s) of a smaller budget trained from scratch, not branched: "
+                      f"{c['unbranched_steps']:,} steps beyond a branch")
         out.append(f"- `{c['study']}`: {c['steps']:,} steps spent ({c['tokens']:,} tokens, {c['run_seconds']:,} "
                    f"run-seconds; {c['done']:.0%} of its design{reuse}); by design {c['design_steps']:,} steps "
                    f"against {c['naive_steps']:,} for the naive grid, ratio **{c['design_ratio']:.2f}**")

@@ -41,6 +41,8 @@ class Comparison:
     outcome: str = UNTESTED
     seeds_needed: float = math.nan
     slow: dict = field(default_factory=dict)  # label -> slow-start seeds
+    p_permutation: float = math.nan  # a trend's permutation p, raw and Holm-adjusted (p_holm: the larger of both)
+    p_permutation_holm: float = math.nan
     per_size: dict = field(default_factory=dict)  # a ladder claim's: size -> mean paired Δ over the seeds read
 
 
@@ -93,3 +95,29 @@ def seed_range(seeds) -> str:
         else:
             parts.append([s, s])
     return ", ".join(f"{a}" if a == b else f"{a}–{b}" if b > a + 1 else f"{a}, {b}" for a, b in parts) or "none"
+
+
+def lr_edges(table, labels) -> dict:
+    """label -> "low"/"high" for the rows among `labels` whose LR, chosen by their study's scan, is an end of its
+    grid (the table's `lr_edge`, studies.annotate): the optimum may lie beyond it."""
+    edge = dict(zip(table.rows["label"], table.rows["lr_edge"])) if "lr_edge" in table.rows else {}
+    return {label: edge[label] for label in labels if isinstance(edge.get(label), str) and edge[label]}
+
+
+def edge_text(edges: dict, name) -> str:
+    """The qualifier for `lr_edges`, each row shown by `name(label)`."""
+    rows = ", ".join(f"{name(label)} ({e})" for label, e in edges.items())
+    return f"best LR at an end of the scan's grid for {rows}: the optimum may lie beyond it"
+
+
+def short(label: str, labels) -> str:
+    """A label without the dash-separated words every label of its family shares at the start and the end."""
+    words = [str(lab).split("-") for lab in labels]
+    head = 0
+    while all(len(w) > head + 1 for w in words) and len({w[head] for w in words}) == 1:
+        head += 1
+    tail = 0
+    while all(len(w) > head + tail + 1 for w in words) and len({w[-1 - tail] for w in words}) == 1:
+        tail += 1
+    mine = label.split("-")
+    return "-".join(mine[head:len(mine) - tail]) if len(words) > 1 else label
