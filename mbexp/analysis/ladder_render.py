@@ -155,7 +155,7 @@ def _held_out_lines(ladder: Ladder) -> list[str]:
 
 def to_csv(ladder: Ladder) -> str:
     """Every point with its fit, multiplier and held-out prediction, and its curve's parameters."""
-    points = ladder.points.drop(columns="losses").merge(ladder.curves, on=["variant", "budget"], how="left")
+    points = ladder.points.drop(columns=["losses", "label"]).merge(ladder.curves, on=["variant", "budget"], how="left")
     points.insert(0, "experiment", ladder.experiment)
     points.insert(2, "baseline", points["variant"] == ladder.baseline)
     return points.to_csv(index=False, float_format="%.6g", lineterminator="\n")
