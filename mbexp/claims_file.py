@@ -4,6 +4,7 @@
 import math
 import re
 from dataclasses import dataclass
+from functools import cache
 from itertools import product
 from pathlib import Path
 
@@ -12,6 +13,9 @@ STUDY_KEYS = ("experiment", "rows", "lr_grid", "scan_seeds", "seeds", "budgets",
               "scan_of")
 SCANNED = ("lr_grid", "scan_seeds", "budgets", "select_at", "overrides")  # what a study reusing a scan inherits
 SCAN_SUFFIX = "_scan"  # a study's scan runs live in their own experiment: its seeds never join the planned rows
+# what the study command sets on every run itself: neither a row key nor an override may set it again
+PROTOCOL_KEYS = ("experiment", "name", "optim.schedule", "optim.lr", "seed", "train.steps", "train.budgets",
+                 "results_dir", "hydra/launcher", "hydra.launcher")
 
 
 class ClaimsError(ValueError):
@@ -22,8 +26,83 @@ def finite_number(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def integer(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)  # YAML's true is an int to Python
+
+
 def int_list(value) -> bool:
-    return isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    return isinstance(value, list) and all(integer(v) for v in value)
+
+
+def seed_list(value) -> bool:
+    """A non-empty list of distinct seeds that mbexp.train accepts (integers >= 0)."""
+    return int_list(value) and bool(value) and min(value) >= 0 and len(set(value)) == len(value)
+
+
+def _owned(key: str, rows=()) -> bool:
+    """Whether the study command sets `key` itself (or it is one of the study's row keys)."""
+    key = key.lstrip("+~")
+    return key in rows or any(key == k or key.startswith(f"{k}.") for k in PROTOCOL_KEYS)
+
+
+@cache
+def _parser():
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create()
+
+
+def _not_one_value(override: str, exact: bool) -> str:
+    """Why Hydra would read `override` (key=value) as a sweep, a list or (`exact`) not as the value written; ''
+    when it reads one value."""
+    from hydra.errors import HydraException
+
+    try:
+        parsed = _parser().parse_override(override)
+    except HydraException:
+        return "Hydra cannot parse it"
+    value, written = parsed.value(), override.partition("=")[2]
+    if parsed.is_sweep_override():
+        return "Hydra reads it as a sweep of several values"
+    if exact and (isinstance(value, list | dict) or str(value) != written):
+        return f"Hydra reads it as {value!r}"
+    return ""
+
+
+def _check_rows(rows, here: str) -> None:
+    """Each row key one the study does not set itself, each value listed once and read by Hydra as written: the
+    scan joins the values with commas, and a run's identity must give the value back to be found."""
+    if not isinstance(rows, dict) or not rows or not all(isinstance(k, str) and isinstance(v, list) and v
+                                                        for k, v in rows.items()):
+        raise ClaimsError(f"{here}: rows must map each key to a non-empty list of values, got {rows!r}")
+    for key, values in rows.items():
+        if _owned(key):
+            raise ClaimsError(f"{here}: rows key {key!r} is set by the study command itself ("
+                              f"{', '.join(PROTOCOL_KEYS)}); a row varies another key")
+        if len({str(v) for v in values}) < len(values):
+            raise ClaimsError(f"{here}: rows {key}: {values!r} lists a value twice; list each value once")
+        for value in values:
+            why = _not_one_value(f"{key}={value}", exact=True) if isinstance(value, str | int | float) else \
+                "not text or a number"
+            if why:
+                raise ClaimsError(f"{here}: rows value {key}={value!r} is not one value ({why}); list each value of "
+                                  f"a row key on its own, e.g. {key}: [a, b]")
+
+
+def _check_overrides(overrides, rows, here: str) -> None:
+    """A list of key=value overrides, none a sweep or a key the study sets (the protocol's, or a row key)."""
+    if not isinstance(overrides, list) or not all(isinstance(o, str) and o.partition("=")[0].lstrip("+~") and
+                                                  "=" in o for o in overrides):
+        raise ClaimsError(f"{here}: overrides must be a list of key=value strings, e.g. [logger=none], got "
+                          f"{overrides!r}")
+    for override in overrides:
+        key = override.partition("=")[0]
+        if _owned(key, rows):
+            raise ClaimsError(f"{here}: overrides item {override!r} sets {key}, which the study sets itself ("
+                              f"{', '.join(PROTOCOL_KEYS)}) or varies as a row; drop it")
+        if why := _not_one_value(override, exact=False):
+            raise ClaimsError(f"{here}: overrides item {override!r} is not one key=value ({why}); every run of "
+                              "the study takes the same overrides")
 
 
 def _near(raw: bytes, offset: int) -> str:
@@ -127,21 +206,23 @@ def parse_study(name: str, spec, where: str, studies: dict | None = None) -> Stu
         raise ClaimsError(f"{here}: " + (f"unknown keys {unknown}; allowed: {', '.join(STUDY_KEYS)}" if unknown
                                           else f"missing {', '.join(missing)}"))
     rows, grid, budgets = spec["rows"], spec["lr_grid"], spec["budgets"]
-    if not isinstance(rows, dict) or not rows or not all(isinstance(v, list) and v for v in rows.values()):
-        raise ClaimsError(f"{here}: rows must map each key to a non-empty list of values, got {rows!r}")
-    if not isinstance(grid, list) or len(set(grid)) < 2 or not all(finite_number(v) and v > 0 for v in grid):
-        raise ClaimsError(f"{here}: lr_grid must list at least two distinct positive learning rates, got {grid!r}")
+    _check_rows(rows, here)
+    if not isinstance(grid, list) or len(grid) < 2 or not all(finite_number(v) and v > 0 for v in grid) \
+            or len({float(v) for v in grid}) < len(grid):
+        raise ClaimsError(f"{here}: lr_grid must list at least two positive learning rates, each once, got {grid!r}")
     if not int_list(budgets) or not budgets or min(budgets) < 1 or len(set(budgets)) < len(budgets):
         raise ClaimsError(f"{here}: budgets must be distinct positive step counts, got {budgets!r}")
     for key in ("scan_seeds", "seeds"):
-        if not int_list(spec[key]) or not spec[key] or len(set(spec[key])) < len(spec[key]):
-            raise ClaimsError(f"{here}: {key} must be a non-empty list of distinct integers, got {spec[key]!r}")
+        if not seed_list(spec[key]):
+            raise ClaimsError(f"{here}: {key} must be a non-empty list of distinct integers >= 0, got {spec[key]!r}")
     if shared := sorted(set(spec["scan_seeds"]) & set(spec["seeds"])):
         raise ClaimsError(f"{here}: seeds {shared} are both scan and planned seeds: an LR chosen on a seed would "
                           "flatter that seed's rows")
     select_at = spec.get("select_at", max(budgets))
-    if select_at not in budgets:
-        raise ClaimsError(f"{here}: select_at={select_at!r} is not one of the budgets {sorted(budgets)}")
+    if not integer(select_at) or select_at not in budgets:
+        raise ClaimsError(f"{here}: select_at={select_at!r} is not one of the budgets {sorted(budgets)} (a step "
+                          "count)")
+    _check_overrides(spec.get("overrides", []), rows, here)
     scan_of = spec.get("scan_of", "")
     source = (studies or {}).get(scan_of, {}) if scan_of else {}
     if scan_of and (set(rows) != set(source["rows"]) or any(not set(v) <= set(source["rows"][k])

@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mbexp.claims_file import CLAIMS_FILE, ClaimsError, finite_number, int_list, parse_studies, read_file
+from mbexp.claims_file import CLAIMS_FILE, ClaimsError, finite_number, integer, parse_studies, read_file, seed_list
 
 log = logging.getLogger(__name__)
 
@@ -119,8 +119,8 @@ def parse_claim(entry, default_margin: float, where: str, studies: dict | None =
     pairs = _pairs(entry, hypothesis, statistic, where)
     margin = _margin(entry.get("margin", default_margin), f"{where}: margin")
     seeds, at, conditions = entry["seeds"], entry.get("at") or {}, entry.get("conditions") or {}
-    if not int_list(seeds) or not seeds or len(set(seeds)) < len(seeds):
-        raise ClaimsError(f"{where}: seeds must be a non-empty list of distinct integers, got {seeds!r}")
+    if not seed_list(seeds):
+        raise ClaimsError(f"{where}: seeds must be a non-empty list of distinct integers >= 0, got {seeds!r}")
     if not isinstance(at, dict) or len(at) > 1 or not all(isinstance(v, int | float | str) for v in at.values()):
         raise ClaimsError(f"{where}: at must map one column key to one value, got {at!r}")
     if not isinstance(conditions, dict) or set(conditions) - set(CONDITIONS):
@@ -134,6 +134,11 @@ def parse_claim(entry, default_margin: float, where: str, studies: dict | None =
     if protocol is None or study and protocol["experiment"] != entry["experiment"]:
         raise ClaimsError(f"{where}: study {study!r} is not a study of {entry['experiment']} declared under "
                           f"`studies`")
+    steps = at.get("train.steps")
+    if study and "train.steps" in at and not (integer(steps) and steps in protocol["budgets"]):
+        # the study's runs train its budgets only: any other step count reads no run
+        raise ClaimsError(f"{where}: at train.steps={steps!r} is not one of study {study}'s budgets "
+                          f"{sorted(protocol['budgets'])}")
     max_epochs = None if max_epochs is None else float(max_epochs)
     content = {"experiment": entry["experiment"], "at": at, "pairs": [list(p) for p in pairs],
                "hypothesis": hypothesis, "statistic": statistic, "margin": margin, "seeds": sorted(seeds),

@@ -5,14 +5,17 @@ LR of its grid on the scan seeds, each row's LR is chosen on validation, then th
 import argparse
 import math
 import shlex
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from mbexp.claims_file import CLAIMS_FILE, ClaimsError, Study, load_studies
-from mbexp.io import FINISHED, read_summary
+from mbexp.declarations import check as check_claims
+from mbexp.io import FINISHED, SummaryError, read_summary
 
+INTERRUPTED = 130  # mbexp.train's exit code after a Ctrl-C, which it reports itself
 GROUP_KEYS = ("norm", "placement", "ffn", "hidden", "model", "arch")  # a row key naming a config group
 
 
@@ -71,20 +74,45 @@ def identity_key(key: str) -> str:
     return f"{key}.name" if key in GROUP_KEYS else key
 
 
-def scan_losses(study: Study, results_dir, steps: int | None = None) -> dict:
+def _damage(summary: dict) -> str:
+    """What in a finished scan run's summary cannot be read (its identity's LR, its loss), '' when nothing."""
+    ident = summary.get("identity")
+    if not isinstance(ident, dict) or "optim.lr" not in ident:
+        return "its identity records no optim.lr"
+    try:
+        lr = float(ident["optim.lr"])
+    except (TypeError, ValueError):
+        lr = math.nan
+    if not lr > 0:
+        return f"identity optim.lr={ident['optim.lr']!r} is not a learning rate"
+    loss = summary.get("final_val_loss") if summary.get("status") == "completed" else None
+    if loss is not None and (isinstance(loss, bool) or not isinstance(loss, int | float)):
+        return f"final_val_loss={loss!r} is not a number"
+    return ""
+
+
+def scan_losses(study: Study, results_dir, steps: int | None = None, damaged: list | None = None) -> dict:
     """(row values, lr) -> final validation losses of the scan's finished runs at budget `steps` (default: the
-    selection budget)."""
+    selection budget). A run whose summary cannot be read counts as unfinished; `damaged` collects why."""
     steps = study.select_at if steps is None else steps
     found: dict = {}
     keys = [identity_key(k) for k in study.rows]
+    damaged = [] if damaged is None else damaged
     for path in sorted((Path(results_dir) / "runs" / study.scan_experiment).glob("*/seed=*/summary.json")):
-        s = read_summary(path.parent)
-        if not s or s.get("steps") != steps or s.get("seed") not in study.scan_seeds or s.get("status") not in FINISHED:
+        try:
+            s = read_summary(path, strict=True)
+        except SummaryError as err:  # the message names the file
+            damaged.append(str(err))
+            continue
+        if s.get("steps") != steps or s.get("seed") not in study.scan_seeds or s.get("status") not in FINISHED:
             continue  # a run still training (or stopped) is missing, not diverged
-        ident = s.get("identity", {})
+        if why := _damage(s):
+            damaged.append(f"{path}: {why}")
+            continue
+        ident = s["identity"]
         row = tuple(str(ident.get(k)) for k in keys)
         loss = s.get("final_val_loss") if s.get("status") == "completed" else None
-        found.setdefault((row, float(ident.get("optim.lr"))), []).append(math.inf if loss is None else loss)
+        found.setdefault((row, float(ident["optim.lr"])), []).append(math.inf if loss is None else loss)
     return found
 
 
@@ -97,7 +125,8 @@ def best_of(grid, losses: dict) -> Choice:
 def choose(study: Study, results_dir) -> dict:
     """Each row's Choice: the grid LR with the lowest mean validation loss over the scan seeds (ties: the
     smaller LR); StudyError names the scan runs still missing."""
-    found, choices, missing = scan_losses(study, results_dir), {}, []
+    damaged: list = []
+    found, choices, missing = scan_losses(study, results_dir, damaged=damaged), {}, []
     for values in study.row_values():
         row = tuple(str(v) for v in values)
         losses = {}
@@ -108,26 +137,55 @@ def choose(study: Study, results_dir) -> dict:
             losses[lr] = sum(runs) / len(runs) if runs else math.inf
         choices[values] = best_of(study.lr_grid, losses)
     if missing:
-        raise StudyError(f"study {study.name!r}: {len(missing)} scan run(s) unfinished, e.g. {missing[0]}; "
-                         "rerun the study command")
+        # a damaged finished run is skipped by the rerun too: only repairing or deleting it helps
+        fix = f"{damaged[0]}; repair or delete that run folder, then rerun" if damaged else "rerun"
+        raise StudyError(f"study {study.name!r}: {len(missing)} scan run(s) unfinished, e.g. {missing[0]}; {fix} "
+                         "the study command")
     return choices
 
 
 def _run(argv: list[str]) -> None:
+    """One sweep, waited for through a Ctrl-C: the terminal sends the sweep the same SIGINT, and it stops its runs
+    at a checkpoint and says so (exit 130); killing it, as subprocess.call would, could lose their last steps."""
     print("$", shlex.join(["python", *argv[1:]]), flush=True)
-    code = subprocess.call(argv)
+    interrupted = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
+    try:
+        code = subprocess.call(argv)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if interrupted and code != INTERRUPTED:
+        raise KeyboardInterrupt
     if code:
         sys.exit(code)
 
 
+def _jobs(text: str) -> int:
+    try:
+        jobs = int(text)
+    except ValueError:
+        jobs = 0
+    if jobs < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of runs >= 1, got {text!r}")
+    return jobs
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, as the study's other refusals
+        print(f"error: {message} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(2)
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m mbexp.study", description=__doc__)
+    argv = sys.argv[1:] if argv is None else argv
+    parser = _Parser(prog="python -m mbexp.study", description=__doc__)
     parser.add_argument("name", help="a study declared under `studies:` in <results>/claims.yaml")
     parser.add_argument("--results", default="results")
-    parser.add_argument("--jobs", type=int, default=1, help="runs side by side (joblib launcher)")
+    parser.add_argument("--jobs", type=_jobs, default=1, help="runs side by side (joblib launcher)")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     args = parser.parse_args(argv)
     try:
+        check_claims(args.results)  # the whole file, its claims too: mbexp.train would refuse it at the first sweep
         study = load_study(args.results, args.name)
         reuse = f" (the scan of {study.scan_of})" if study.scan_of else ""
         print(f"study {study.name}: {len(study.row_values())} rows x {len(study.lr_grid)} LRs x "
@@ -153,8 +211,8 @@ def main(argv: list[str] | None = None) -> None:
     except (StudyError, ClaimsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
-    except KeyboardInterrupt:  # Ctrl-C: the run in progress kept its checkpoint (mbexp.train says so)
-        print(f"interrupted: rerun python -m mbexp.study {args.name} to resume", file=sys.stderr)
+    except KeyboardInterrupt:  # Ctrl-C between sweeps (a sweep interrupted says so itself, and exits 130)
+        print(f"interrupted: rerun {shlex.join(['python', '-m', 'mbexp.study', *argv])} to resume", file=sys.stderr)
         sys.exit(130)
 
 

@@ -2,6 +2,7 @@
 LR and edge flag, the own-LR condition, and the compute against the naive grid."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -11,7 +12,7 @@ import yaml
 from tiny import REPO, summaries
 
 from mbexp import study as study_cli
-from mbexp.analysis import studies
+from mbexp.analysis import lr_scan, studies
 from mbexp.analysis.table import build_tables
 from mbexp.claims_file import ClaimsError, load_studies, parse_studies, parse_study
 from mbexp.declarations import load_claims
@@ -93,17 +94,128 @@ def test_a_study_reusing_a_scan_refuses_what_it_cannot_inherit(change, message):
         parse_studies({"tiny": tiny, "rep": REP | change}, "claims file x")
 
 
-def test_ctrl_c_during_a_study_is_one_line_and_exit_130(tmp_path, monkeypatch, capsys):
+TINY = yaml.safe_load(STUDY.format(cache="c"))["studies"]["tiny"]
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"overrides": "logger=none"}, "overrides must be a list of key=value strings, e.g. [logger=none], got "
+                                   "'logger=none'"),
+    ({"overrides": None}, "overrides must be a list of key=value strings"),
+    ({"overrides": ["logger"]}, "overrides must be a list of key=value strings"),
+    ({"overrides": ["optim.lr=0.1"]}, "overrides item 'optim.lr=0.1' sets optim.lr, which the study sets itself"),
+    ({"overrides": ["+seed=3"]}, "overrides item '+seed=3' sets +seed"),
+    ({"overrides": ["ffn=gelu"]}, "overrides item 'ffn=gelu' sets ffn"),
+    ({"overrides": ["logger=none,wandb"]}, "'logger=none,wandb' is not one key=value (Hydra reads it as a sweep"),
+    ({"seeds": [-1, 2]}, "seeds must be a non-empty list of distinct integers >= 0, got [-1, 2]"),
+    ({"scan_seeds": [-3]}, "scan_seeds must be a non-empty list of distinct integers >= 0, got [-3]"),
+    ({"scan_seeds": [True]}, "scan_seeds must be a non-empty list of distinct integers >= 0, got [True]"),
+    ({"rows": {"ffn": ["relu,swiglu"]}}, "rows value ffn='relu,swiglu' is not one value (Hydra reads it as a sweep"),
+    ({"rows": {"ffn": ["relu", "range(1,3)"]}}, "rows value ffn='range(1,3)' is not one value (Hydra reads it as a "
+                                                "sweep"),
+    ({"rows": {"ffn": ["[relu,gelu]"]}}, "rows value ffn='[relu,gelu]' is not one value (Hydra reads it as ['relu'"),
+    ({"rows": {"model.d_model": ["1e2"]}}, "rows value model.d_model='1e2' is not one value (Hydra reads it as 100.0"),
+    ({"rows": {"ffn": ["relu", None]}}, "rows value ffn=None is not one value (not text or a number)"),
+    ({"rows": {"ffn": ["relu", "relu"]}}, "rows ffn: ['relu', 'relu'] lists a value twice"),
+    ({"rows": {"optim.lr": [1e-3, 1e-2]}}, "rows key 'optim.lr' is set by the study command itself"),
+    ({"rows": {"ffn": ["relu"], "seed": [1, 2]}}, "rows key 'seed' is set by the study command itself"),
+    ({"rows": {"train.budgets": ["[8]"]}}, "rows key 'train.budgets' is set by the study command itself"),
+    ({"lr_grid": [1.0e-3, 0.001, 1.0e-2]}, "lr_grid must list at least two positive learning rates, each once, got "
+                                           "[0.001, 0.001, 0.01]"),
+    ({"lr_grid": [0, 1.0e-2]}, "lr_grid must list at least two positive learning rates"),
+    ({"budgets": [1, 16], "select_at": True}, "select_at=True is not one of the budgets [1, 16]"),
+    ({"select_at": 16.0}, "select_at=16.0 is not one of the budgets [8, 16]"),
+    ({"budgets": [True, 16]}, "budgets must be distinct positive step counts, got [True, 16]"),
+])
+def test_a_study_refuses_a_bad_protocol_in_one_line(change, message):
+    with pytest.raises(ClaimsError) as err:
+        parse_studies({"tiny": TINY | change}, "claims file x")
+    assert str(err.value).startswith("claims file x, study tiny: ") and message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_a_study_takes_single_values_and_plain_overrides():
+    spec = TINY | {"rows": {"model.d_model": [32, 64], "ffn": ["relu"], "train.lr_decay": [1.0e-5, 0.5]},
+                   "overrides": [*TINY["overrides"], "+train.extra=1", "optim.betas=[0.9,0.95]"]}
+    found = parse_study("tiny", spec, "claims file x")
+    assert found.row_overrides(found.row_values()[0]) == ["model.d_model=32", "ffn=relu", "train.lr_decay=1e-05"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--jobs", "0"], "error: argument --jobs: must be a whole number of runs >= 1, got '0'"),
+    (["--jobs", "-4"], "error: argument --jobs: must be a whole number of runs >= 1, got '-4'"),
+    (["--jobs", "two"], "error: argument --jobs: must be a whole number of runs >= 1, got 'two'"),
+    ([], "claim 0 (glu-tiny): at train.steps=999 is not one of study tiny's budgets [8, 16]"),
+])
+def test_the_study_command_refuses_before_any_run_in_one_line(tmp_path, monkeypatch, capsys, args, message):
+    text = STUDY.format(cache=tmp_path)
+    (tmp_path / "claims.yaml").write_text(text.replace("at: {train.steps: 16}", "at: {train.steps: 999}")
+                                          if not args else text)
+    monkeypatch.setattr(study_cli.subprocess, "call", lambda argv: pytest.fail(f"a sweep started: {argv}"))
+    with pytest.raises(SystemExit) as stop:
+        study_cli.main(["tiny", "--results", str(tmp_path), *args])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and message in err and err.count("\n") == 1
+    assert args or err.startswith(f"error: claims file {tmp_path / 'claims.yaml'}")
+
+
+def test_ctrl_c_between_sweeps_is_one_line_with_the_command_as_typed(tmp_path, monkeypatch, capsys):
     (tmp_path / "claims.yaml").write_text(STUDY.format(cache=tmp_path))
 
     def interrupted(argv):
-        raise KeyboardInterrupt  # Ctrl-C reaches the study while it waits for a sweep
+        raise KeyboardInterrupt  # Ctrl-C reaches the study outside a sweep
 
     monkeypatch.setattr(study_cli.subprocess, "call", interrupted)
     with pytest.raises(SystemExit) as stop:
-        study_cli.main(["tiny", "--results", str(tmp_path)])
+        study_cli.main(["tiny", "--results", str(tmp_path), "--jobs", "2"])
     assert stop.value.code == 130
-    assert capsys.readouterr().err == "interrupted: rerun python -m mbexp.study tiny to resume\n"
+    assert capsys.readouterr().err == (f"interrupted: rerun python -m mbexp.study tiny --results {tmp_path} --jobs 2 "
+                                       "to resume\n")
+
+
+SWEEP = """\
+import os, pathlib, signal, sys, time
+os.kill(os.getppid(), signal.SIGINT)  # the terminal's Ctrl-C reaches the study as well as its sweep
+time.sleep(0.5)  # the sweep finishes its step and writes its checkpoint
+pathlib.Path(sys.argv[1]).write_text("kept")
+print("interrupted: the runs' checkpoints are kept; rerun the same command to resume", file=sys.stderr)
+sys.exit(130)
+"""
+
+
+def test_ctrl_c_during_a_sweep_waits_for_its_checkpoint_and_is_one_line(tmp_path, monkeypatch, capfd):
+    (tmp_path / "claims.yaml").write_text(STUDY.format(cache=tmp_path))
+    kept = tmp_path / "kept"
+    monkeypatch.setattr(study_cli, "scan_command", lambda *a, **k: [sys.executable, "-c", SWEEP, str(kept)])
+    with pytest.raises(SystemExit) as stop:
+        study_cli.main(["tiny", "--results", str(tmp_path)])
+    assert stop.value.code == 130 and kept.exists()  # not killed before its checkpoint
+    assert [line for line in capfd.readouterr().err.splitlines() if line.startswith("interrupted")] == [
+        "interrupted: the runs' checkpoints are kept; rerun the same command to resume"]
+
+
+SUMMARY = {"steps": 16, "seed": 0, "status": "completed", "final_val_loss": 5.0}
+
+
+@pytest.mark.parametrize("damage, key", [
+    ({"identity": {"ffn.name": "relu", "optim.lr": "abc"}}, "optim.lr"),
+    ({"identity": {"ffn.name": "relu", "optim.lr": -1.0}}, "optim.lr"),
+    ({"identity": {"ffn.name": "relu"}}, "optim.lr"),
+    ({"identity": "abc"}, "identity"),
+    ({"final_val_loss": "abc"}, "final_val_loss"),
+])
+def test_a_damaged_scan_summary_is_named_and_counts_as_unfinished(tmp_path, damage, key):
+    (tmp_path / "claims.yaml").write_text(STUDY.format(cache=tmp_path))
+    for i, (ffn, lr) in enumerate([(f, lr) for f in ("relu", "swiglu") for lr in (1e-3, 1e-2)]):
+        run = tmp_path / "runs" / "smoke_scan" / f"v{i}" / "seed=0"
+        run.mkdir(parents=True)
+        summary = SUMMARY | {"identity": {"ffn.name": ffn, "optim.lr": lr}} | (damage if i == 0 else {})
+        (run / "summary.json").write_text(json.dumps(summary))
+    study = load_studies(tmp_path)["tiny"]
+    with pytest.raises(study_cli.StudyError) as err:
+        study_cli.choose(study, tmp_path)
+    path = re.escape(str(tmp_path / "runs/smoke_scan/v0/seed=0/summary.json"))
+    assert re.search(rf"{path}: [^;]*{re.escape(key)}[^;]*; repair or delete that run folder", str(err.value))
+    assert lr_scan.scan_frame(study, tmp_path)["n"].tolist() == [0, 1, 1, 1]  # make table: missing, not an error
 
 
 @pytest.mark.slow
