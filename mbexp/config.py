@@ -9,6 +9,7 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import InterpolationResolutionError, OmegaConfBaseException
 
 from mbexp.validate import COMPILE, DEVICES, LOGGERS, PRECISIONS, ConfigError, validate  # noqa: F401 - re-exported
 
@@ -163,10 +164,29 @@ def to_object(cfg: DictConfig | Config) -> Config:
         for key in _keys(cfg):  # `+model.n_layer=8` adds a key the schema lacks: the merge would keep it unused
             if key not in SCHEMA_KEYS:
                 raise ConfigError(unknown_key(key))
-        if OmegaConf.select(cfg, "data.fingerprint") is not None:
-            raise ConfigError("data.fingerprint is computed from the corpus content when a run starts; leave it out")
-        cfg = OmegaConf.to_object(OmegaConf.merge(_schema(), cfg))
+        try:
+            if OmegaConf.select(cfg, "data.fingerprint") is not None:
+                raise ConfigError("data.fingerprint is computed from the corpus content when a run starts; leave it "
+                                  "out")
+            cfg = OmegaConf.to_object(OmegaConf.merge(_schema(), cfg))
+        except OmegaConfBaseException as exc:  # an interpolation that does not resolve, a value the schema refuses
+            raise ConfigError(_unresolved(cfg, exc)) from None
     return validate(cfg)
+
+
+def _unresolved(cfg: DictConfig, exc: Exception) -> str:
+    """The error for a value OmegaConf cannot resolve: the key, its value as given and why."""
+    key = getattr(exc, "full_key", None) or "a value"
+    node: Any = OmegaConf.to_container(cfg, resolve=False)
+    for part in re.findall(r"[^.\[\]]+", key):
+        node = node[int(part)] if isinstance(node, list) else (node or {}).get(part)
+    reason = re.sub(r"^\w+ raised while resolving interpolation: ", "", str(exc).strip().splitlines()[0]).strip('"')
+    if not isinstance(exc, InterpolationResolutionError):
+        return f"{key}={node}: {reason}"
+    if "${hydra:" in str(node):
+        reason = "${hydra:...} is known only inside a job, and every value is checked before any job starts"
+    return (f"{key}={node} cannot be resolved ({reason}): an interpolation names another config key, e.g. "
+            "${train.steps}, or an environment variable that is set, e.g. ${oc.env:VAR,default}")
 
 
 @functools.cache
@@ -225,7 +245,6 @@ def compose_config(overrides: list[str], *, return_hydra_config: bool = False) -
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
 
     register()
     GlobalHydra.instance().clear()
@@ -278,6 +297,8 @@ def _one_line(exc: Exception) -> str:
     message, cause = str(exc).strip(), exc.__cause__
     if unknown := re.match(r"Could not override '([^']+)'\.\s+To append to your config use", message):
         return unknown_key(unknown[1])
+    if group := re.match(r"Could not override '([^']+)'\. No match in the defaults list\.\s+.* use (\S+)", message):
+        return f"{group[1]} is not chosen by default, so it cannot be overridden: add it with {group[2]}"
     if "LexerNoViableAltException" in message or "OverrideParseException" in type(exc).__name__:
         override = message.splitlines()[0].removeprefix("LexerNoViableAltException: ").strip()
         key, sep, value = override.partition("=")

@@ -1,41 +1,60 @@
 """The checks `python -m mbexp.train` makes before Hydra starts any job: every override, every combination of the
 sweep Hydra will run (the experiment file's `hydra.sweeper.params` included), the environment and the launcher."""
 
+import difflib
+import functools
 import itertools
 import os
 import shlex
 import shutil
 from pathlib import Path
 
+from hydra._internal.utils import get_args_parser
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Glob
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from mbexp.config import CONF_DIR, Config, ConfigError, compose_config, to_object
-from mbexp.logger import WANDB_MODES
+from mbexp.corpus import SPLITS, bigtxt_path, documents, split_of, text_files
+from mbexp.logger import WANDB_MODES, wandb_dir
 
 GROUPS = ("norm", "placement", "ffn", "hidden", "model", "data", "optim", "logger", "experiment", "arch")
 SKIP_FLAG = "--skip-impossible"  # run a sweep's possible combinations, skipping (and recording) the others
 SKIP_ENV = "MBEXP_SKIP_IMPOSSIBLE"  # set for the jobs of such a sweep
-# the most combinations of a sweep's plain lists checked one by one before any job (each takes a few ms, a new
+# the most combinations of a sweep's values checked one by one before any job (each takes a few ms, a new
 # combination of config groups ~50 ms of composing); a larger product checks each value beside the other
 # lists' first values instead, and leaves a value that is bad only beside another list's value to its job
 MAX_COMBINATIONS = 512
 
 
+def check_flags(args: list[str]) -> None:
+    """A flag that is neither mbexp's nor Hydra's (argparse would print Hydra's usage, naming train.py)."""
+    options = sorted(get_args_parser()._option_string_actions)
+    long = [o for o in options if o.startswith("--") and o != "--multirun"]
+    for flag in (a.partition("=")[0] for a in args if a.startswith("-")):
+        if flag in options or flag.startswith("--") and sum(o.startswith(flag) for o in long) == 1:
+            continue  # argparse takes a long flag's unambiguous prefix
+        close = difflib.get_close_matches(flag, [SKIP_FLAG, *options], n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise ConfigError(f"unknown flag {flag}{hint}; python -m mbexp.train takes -m/--multirun, {SKIP_FLAG} and "
+                          f"Hydra's flags: {', '.join(long)}")
+
+
 def check_group_choices(args: list[str]) -> None:
-    """Fail fast on an unknown option of a config group (also inside a sweep list) and on device=cuda without CUDA."""
+    """Fail fast on an unknown option of a config group (also inside a sweep) and on device=cuda without CUDA."""
     for arg in args:
         key, sep, value = arg.lstrip("+~").partition("=")
-        if key == "device" and "cuda" in value.split(","):
+        values = sweep_values(arg) or [value]
+        if key == "device" and "cuda" in values:
             from mbexp.trainer import resolve_device
 
             resolve_device("cuda")
-        if not sep or key not in GROUPS or value.startswith(("choice(", "range(", "glob(")):
+        if not sep or key not in GROUPS:
             continue
         valid = sorted(p.stem for p in (CONF_DIR / key).glob("*.yaml"))
-        for choice in value.split(","):
+        for choice in values:
             if choice and choice not in valid:
                 raise ConfigError(f"{key}={choice!r} is not valid; choose one of: {', '.join(valid)}")
 
@@ -56,17 +75,39 @@ def check_overrides(args: list[str]) -> None:
         seen[key.lstrip("+~")] = arg
 
 
-def _is_list(value: str) -> bool:
-    return "," in value and not any(c in value for c in "()[]{}'\"")
+@functools.cache
+def _parsed(override: str):
+    """Hydra's reading of `override`, or None when its grammar cannot parse it (composing it gives the hint)."""
+    try:
+        return OverridesParser.create().parse_override(override)
+    except HydraException:
+        return None
+
+
+def check_multirun(args: list[str]) -> None:
+    """A sweep without -m (Hydra's own error, "Ambiguous value", does not say how to run it)."""
+    # with --multirun, or one of Hydra's own flags (--cfg, --info), Hydra reads the command
+    sweeps = [] if any(a.startswith("-") for a in args) else [a for a in args if _is_sweep(a)]
+    if sweeps:
+        raise ConfigError(f"{sweeps[0]} is a sweep (one job per value): add -m to run it, or give "
+                          f"{sweeps[0].partition('=')[0].lstrip('+~')} one value")
 
 
 def _is_sweep(override: str) -> bool:
-    """Whether Hydra reads `override` as a sweep (a,b / range() / choice() / glob()); one it cannot parse is not:
-    composing it gives the hint."""
-    try:
-        return OverridesParser.create().parse_override(override).is_sweep_override()
-    except HydraException:
-        return False
+    """Whether Hydra reads `override` as a sweep (a,b / range() / choice() / glob() / interval())."""
+    return _parsed(override) is not None and _parsed(override).is_sweep_override()
+
+
+def sweep_values(override: str) -> list[str] | None:
+    """The values Hydra's basic sweeper runs for `override` (a,b / choice() / range() / a config group's glob()),
+    each written as it goes after `key=`; None for a single value."""
+    parsed = _parsed(override)
+    if parsed is None or not parsed.is_discrete_sweep():
+        return None
+    if isinstance(parsed.value(), Glob):
+        group = CONF_DIR / parsed.key_or_group
+        return parsed.value().filter(sorted(p.stem for p in group.glob("*.yaml"))) if group.is_dir() else None
+    return list(dict.fromkeys(parsed.sweep_string_iterator()))
 
 
 def _file_params(single: list[str]) -> list[str]:
@@ -81,31 +122,27 @@ def _file_params(single: list[str]) -> list[str]:
 
 
 def sweep_of(args: list[str]) -> tuple[list[str], dict[str, list[str]]]:
-    """(the overrides holding one value, {key: values} of the plain lists), as Hydra's basic sweeper will run
-    them: the experiment file's sweep first, a command-line key replacing the file's."""
+    """(the overrides holding one value, {key: values} of the sweeps), as Hydra's basic sweeper will run them:
+    the experiment file's sweep first, a command-line key replacing the file's."""
     mine = [a for a in args if a != "--multirun" and not a.lstrip("+~").startswith("hydra")]
     if "--multirun" in args:
         given = {a.partition("=")[0] for a in mine}
         mine = [p for p in _file_params(mine) if p.partition("=")[0] not in given] + mine
     single = [a for a in mine if not _is_sweep(a)]
-    lists = {}
-    for arg in mine:
-        key, _, value = arg.partition("=")
-        if _is_list(value):
-            lists[key] = list(dict.fromkeys(value.split(",")))
+    lists = {a.partition("=")[0]: values for a in mine if (values := sweep_values(a)) is not None}
     return single, lists
 
 
 def check_config(args: list[str]) -> tuple[list[Config], list[tuple[list[str], str]], int]:
     """Compose and validate the config with the overrides that hold a single value, then every combination of
-    the plain sweep lists as the sweep will run it. Sweep functions (range(), choice(), glob()), brackets and
-    quoted values are left to the jobs. Returns (the configs checked, the impossible combinations with why,
-    the number of combinations)."""
+    the sweeps (a,b / choice() / range() / glob()) as the sweep will run it. Returns (the configs checked, the
+    impossible combinations with why, the number of combinations)."""
     if any(a.startswith("-") and a != "--multirun" for a in args):
         return [], [], 0  # Hydra's own flags (--cfg, --info, ...): leave the command to Hydra
     single, lists = sweep_of(args)
+    given = {a.partition("=")[0].lstrip("+~") for a in [*single, *lists]}
     try:
-        base = to_object(compose_config(single))
+        base = _possible(to_object(compose_config(single)), given)
     except ConfigError:
         if not lists:
             raise
@@ -118,13 +155,82 @@ def check_config(args: list[str]) -> tuple[list[Config], list[tuple[list[str], s
     failures, configs = [], [] if base is None else [base]
     for combination in combinations if lists else []:
         try:
-            configs.append(to_object(_compose(single, combination, composed)))
+            configs.append(_possible(to_object(_compose(single, combination, composed)), given))
         except ConfigError as exc:
             failures.append((combination, str(exc)))
     reasons = {why for _, why in failures}
     if len(reasons) == 1 and len(failures) == len(combinations):
         raise ConfigError(reasons.pop())  # not the sweep's doing: its message names the value
     return configs, failures, len(combinations)
+
+
+def _possible(cfg: Config, given: set[str]) -> Config:
+    """The rules beyond the config's own: a train.steps the command gives beside train.budgets, and a corpus
+    too small for the run."""
+    budgets = cfg.train.budgets
+    if "train.steps" in given and budgets and cfg.train.steps != max(budgets):
+        raise ConfigError(f"train.steps={cfg.train.steps} is not used with train.budgets={list(budgets)}: each budget "
+                          f"is the train.steps of its own run; leave train.steps out, or give the largest budget "
+                          f"({max(budgets)})")
+    if problem := _corpus_problem(cfg):
+        raise ConfigError(problem)
+    return cfg
+
+
+def _corpus_problem(cfg: Config) -> str | None:
+    """What data.prepare would refuse, where the corpus is cheap to read before any job: a split with no document,
+    or one too short for model.seq_len (a split holds at most one token per byte, plus one per document). Read
+    only when data.max_docs is set or the smallest split's share of the corpus's size is near that length."""
+    d, need = cfg.data, cfg.model.seq_len + 2
+    if d.name not in ("bigtxt", "text"):
+        return None  # a hub corpus: its size is known once it is loaded
+    size = _size(d.name, d.path)
+    needed = [s for s in SPLITS if s != "test" or d.test_fraction]
+    share = min((1 - d.val_fraction - d.test_fraction, d.val_fraction, d.test_fraction)[:len(needed)])
+    if d.max_docs is None and share * size > 4 * need:
+        return None
+    splits = _splits(d.name, d.path, d.max_docs, d.val_fraction, d.test_fraction, size)
+    if any(not splits[s][0] for s in needed):
+        return (f"data={d.name}: {sum(n for n, _ in splits.values())} documents are too few for data.val_fraction="
+                f"{d.val_fraction} and data.test_fraction={d.test_fraction} ("
+                + " / ".join(f"{splits[s][0]} {s}" for s in SPLITS) + " documents); add text or change the fractions")
+    for split in needed:
+        docs, text = splits[split]
+        if docs + text < need:
+            return (f"data={d.name}: the {'validation' if split == 'val' else split} split holds at most {docs + text} "
+                    f"tokens ({text} bytes in {docs} documents), too few for model.seq_len={cfg.model.seq_len} "
+                    f"(needs at least {need}); add text or shorten model.seq_len")
+    return None
+
+
+def _size(name: str, path: str | None) -> int:
+    return bigtxt_path().stat().st_size if name == "bigtxt" else sum(os.path.getsize(f) for f in text_files(path))
+
+
+@functools.cache
+def _splits(name: str, path: str | None, max_docs: int | None, val: float, test: float,
+            size: int) -> dict[str, tuple[int, int]]:
+    """(documents, text bytes) of each split of a corpus of `size` bytes, split as its token cache will be."""
+    out = dict.fromkeys(SPLITS, (0, 0))
+    for doc in _documents(name, path, max_docs):
+        split = split_of(doc, val, test)
+        out[split] = (out[split][0] + 1, out[split][1] + len(doc.encode()))
+    return out
+
+
+def _documents(name: str, path: str | None, max_docs: int | None):
+    """corpus.documents without datasets' progress bar (a pre-flight prints one line at most)."""
+    if name != "text":
+        return documents(name, path=path, max_docs=max_docs)
+    from datasets.utils import logging as datasets_logging
+
+    shown = datasets_logging.is_progress_bar_enabled()
+    datasets_logging.disable_progress_bar()
+    try:
+        return documents(name, path=path, max_docs=max_docs)
+    finally:
+        if shown:  # the jobs this process may run show theirs
+            datasets_logging.enable_progress_bar()
 
 
 def impossible_line(failures: list[tuple[list[str], str]], total: int, n_lists: int) -> str:
@@ -142,7 +248,7 @@ def split_commands(args: list[str], failures: list[tuple[list[str], str]]) -> li
     """Commands that run every possible combination of the sweep and none of the impossible ones."""
     _, lists = sweep_of(args)
     bad = {tuple(c) for c, _ in failures}
-    keep = [a for a in args if a != "--multirun" and not _is_list(a.partition("=")[2])]
+    keep = [a for a in args if a != "--multirun" and sweep_values(a) is None]
     return [shlex.join(["python", "-m", "mbexp.train", "-m", *keep, *(f"{k}={','.join(v)}" for k, v in part.items())])
             for part in _split(lists, bad)]
 
@@ -183,6 +289,10 @@ def check_environment(configs: list[Config], args: list[str]) -> None:
             raise ConfigError(f"train.batch_size={c.train.batch_size} does not divide among WORLD_SIZE={world} "
                               f"ranks (torchrun); choose a multiple of {world}")
         _check_folder("results_dir", c.results_dir)
+        if c.logger.name == "wandb":  # W&B makes <logger.dir>/wandb, or <$WANDB_DIR>/wandb while logger.dir is "."
+            env = c.logger.dir == "." and "WANDB_DIR" in os.environ
+            _check_folder("WANDB_DIR" if env else "logger.dir", wandb_dir(c.logger), "wandb",
+                          "point WANDB_DIR (environment) at a folder, or unset it" if env else "")
     for arg in args:
         key, _, value = arg.partition("=")
         if key == "hydra.launcher.n_jobs" and not (value.lstrip("-").isdigit() and int(value) != 0):
@@ -193,11 +303,13 @@ def check_environment(configs: list[Config], args: list[str]) -> None:
                               "hydra/launcher=joblib, or submit from a SLURM login node")
 
 
-def _check_folder(key: str, path: str) -> None:
-    """A folder to be created: no part of it may be an existing file."""
-    for part in [Path(path), *Path(path).parents]:
+def _check_folder(key: str, path: str, inside: str = "", fix: str = "") -> None:
+    """A folder to be created (with `inside` in it): no part of it may be an existing file."""
+    for part in [Path(path, inside), *Path(path, inside).parents]:
         if part.exists() and not part.is_dir():
-            raise ConfigError(f"{key}={path} cannot be a folder: {part} is a file; choose another {key}")
+            what = f"cannot hold the folder {inside}/" if inside else "cannot be a folder"
+            raise ConfigError(f"{key}={path} {what}: {part} is a file, not a folder (ENOTDIR); "
+                              f"{fix or f'choose another {key}'}")
 
 
 def _compose(single: list[str], combination: list[str], composed: dict) -> DictConfig:
@@ -209,9 +321,9 @@ def _compose(single: list[str], combination: list[str], composed: dict) -> DictC
         composed[groups] = compose_config([*single, *groups])
     cfg = composed[groups].copy()
     try:
-        for override in OverridesParser.create().parse_overrides([o for o in combination if not _is_group(o)]):
-            if override.is_add():
-                raise ValueError("a new key")
+        for override in map(_parsed, (o for o in combination if not _is_group(o))):
+            if override is None or override.is_add():
+                raise ValueError("unparsable, or a new key")
             OmegaConf.update(cfg, override.key_or_group, override.value(), merge=True)
     except (ValueError, HydraException, OmegaConfBaseException):
         return compose_config([*single, *combination])

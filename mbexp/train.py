@@ -33,7 +33,9 @@ from mbexp.preflight import (
     SKIP_FLAG,
     check_config,
     check_environment,
+    check_flags,
     check_group_choices,
+    check_multirun,
     check_overrides,
     impossible_line,
     split_commands,
@@ -149,6 +151,7 @@ def _terminated(signum, frame):
 def preflight(args: list[str], skip: bool) -> list[Config]:
     """Every check that can stop the command before Hydra starts a job; with `skip`, the impossible combinations
     of the sweep are named, counted and recorded instead, and the others run."""
+    check_flags(args)
     check_overrides(args)
     check_group_choices(args)
     configs, failures, total = check_config(args)
@@ -189,7 +192,9 @@ class _QuietHydra:
 def main() -> None:
     skip = SKIP_FLAG in sys.argv
     sys.argv = normalize_argv([a for a in sys.argv if a != SKIP_FLAG])
+    os.environ.pop(SKIP_ENV, None)  # set below for a sweep's jobs only: one inherited would skip bad jobs silently
     try:
+        check_multirun(sys.argv[1:])
         configs = preflight(sys.argv[1:], skip)
         for results_dir in dict.fromkeys(c.results_dir for c in configs):
             check_claims(results_dir)  # a broken claims file stops here: its runs could record no declaration

@@ -3,6 +3,7 @@ and what is allowed."""
 
 import math
 import re
+import typing
 from dataclasses import fields, is_dataclass
 from typing import Any
 
@@ -24,6 +25,7 @@ class ConfigError(ValueError):
 
 # an experiment name is one folder under results/runs/ and the stem of its table files
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+SEEDS = 2**32  # a seed lies in [0, SEEDS): 32 bits, which torch and numpy's legacy seeding both take
 
 
 def _choice(key: str, value: Any, choices) -> None:
@@ -53,11 +55,34 @@ def _floats(node, prefix: str = ""):
             yield from ((f"{prefix}{f.name}", v) for v in value if isinstance(v, float))
 
 
+def _lists(node, prefix: str = ""):
+    """(dotted key, value, item type) of every list in a config dataclass (optim.betas: float)."""
+    for f in fields(node):
+        value = getattr(node, f.name)
+        if is_dataclass(value):
+            yield from _lists(value, f"{prefix}{f.name}.")
+        elif isinstance(value, list):
+            types = [typing.get_args(t) for t in (f.type, *typing.get_args(f.type)) if typing.get_origin(t) is list]
+            yield f"{prefix}{f.name}", value, types[0][0] if types else object
+
+
+def _flat(value) -> list:
+    return [x for v in value for x in (_flat(v) if isinstance(v, list | tuple) else [v])]
+
+
 def validate(cfg) -> object:
     """Raise ConfigError naming the key (and the valid choices) for any impossible value."""
+    for key, value, item in _lists(cfg):  # OmegaConf lets a nested list into list[int]: the checks below compare items
+        if not all(isinstance(v, (int, float) if item is float else item) and not isinstance(v, bool) for v in value):
+            kind = "whole numbers" if item is int else "numbers"
+            raise ConfigError(f"{key}={value} must be a flat list of {kind}, e.g. "
+                              f"{key}=[{','.join(map(str, _flat(value)))}]")
     for key, value in _floats(cfg):  # nan compares false with every bound below: reject it first
         if not math.isfinite(value):
             raise ConfigError(f"{key}={value} must be a finite number")
+    if not str(cfg.results_dir).strip():
+        raise ConfigError(f"results_dir={cfg.results_dir!r} is not valid; give the folder for the runs and Hydra's "
+                          "logs (default: results)")
     if not NAME.fullmatch(cfg.name):
         raise ConfigError(f"name={cfg.name!r} is not valid; use letters, digits, '.', '_' and '-', starting with a "
                           "letter or digit (it names a folder under results/runs/)")
@@ -93,6 +118,8 @@ def validate(cfg) -> object:
         ("seed", cfg.seed, 0),
     ]:
         _at_least(key, value, low)
+    if cfg.seed >= SEEDS:
+        raise ConfigError(f"seed={cfg.seed} must be < 2**32 ({SEEDS}): a seed is a 32-bit number, 0 to {SEEDS - 1}")
     _above("train.diverge_factor", cfg.train.diverge_factor, 1,
            " (a loss above diverge_factor * ln(vocab) counts as diverged, and training starts near ln(vocab))")
     _check_data(cfg)
@@ -125,6 +152,10 @@ def _check_optim(cfg) -> None:
                           "optim.lr * optim.min_lr_ratio)")
     if len(o.betas) != 2 or not all(0 <= b < 1 for b in o.betas):
         raise ConfigError(f"optim.betas={list(o.betas)} must be two numbers in [0, 1), e.g. [0.9,0.95]")
+    for key in ("cooldown_fraction", "cooldown_shape"):  # the wsd cool-down: another schedule would ignore it
+        if o.schedule != "wsd" and getattr(o, key) != getattr(type(o), key):
+            raise ConfigError(f"optim.{key}={getattr(o, key)} applies only to optim.schedule=wsd; with "
+                              f"optim.schedule={o.schedule} leave it at {getattr(type(o), key)}")
 
 
 def _check_model_options(cfg) -> None:

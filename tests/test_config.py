@@ -107,12 +107,27 @@ def test_defaults():
     (["model.pos=learned", "model.rope_base=500000"], ["model.rope_base", "model.pos=rope", "10000.0"]),
     (["model.rope_base=1"], ["model.rope_base", "> 1"]),
     (["placement=sandwich"], ["placement", "pre", "peri", "deepnorm"]),
+    (["optim.cooldown_fraction=0.5"], ["optim.cooldown_fraction=0.5", "optim.schedule=wsd", "leave it at 0.2"]),
+    (["optim.cooldown_shape=sqrt"], ["optim.cooldown_shape=sqrt", "optim.schedule=wsd", "leave it at linear"]),
+    (["seed=4294967296"], ["seed=4294967296", "< 2**32"]),
+    (["results_dir="], ["results_dir=''"]),
 ])
 def test_bad_input_names_the_key_and_choices(args, must_say):
     with pytest.raises(ConfigError) as err:
         to_object(compose_config(args))
     for word in must_say:
         assert word in str(err.value)
+
+
+def test_the_wsd_cool_down_settings_the_largest_seed_and_budgets_beside_their_largest_steps_pass():
+    from mbexp import train as cli
+
+    c = to_object(compose_config(["optim.schedule=wsd", "optim.cooldown_shape=sqrt", "optim.cooldown_fraction=0.5",
+                                  "seed=4294967295"]))
+    assert (c.optim.cooldown_shape, c.optim.cooldown_fraction, c.seed) == ("sqrt", 0.5, 2**32 - 1)
+    for steps in ([], ["train.steps=16"]):  # mbexp.study gives the largest budget as train.steps
+        (c,) = cli.preflight(["optim.schedule=wsd", "train.budgets=[8,16]", "optim.warmup_steps=2", *steps], skip=False)
+        assert c.train.budgets == [8, 16]
 
 
 @pytest.mark.parametrize("args", [

@@ -63,14 +63,16 @@ def test_a_run_failing_before_its_run_directory_says_so_and_exits_1(tmp_path, ca
 
 @pytest.mark.slow
 def test_joblib_sweep_with_a_failing_run_exits_non_zero(tmp_path, cache):
-    # model.n_heads=3 does not divide model.d_model=32: that job fails in its worker, the other completes. A sweep
-    # function's values are left to the jobs (a plain list, model.n_heads=2,3, stops before any job: see above)
+    # the second job's token cache path is a file: a fault only its job meets (every value the pre-flight can
+    # judge, a sweep function's too, stops the command before any job), in its joblib worker
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("not a folder\n")
     proc = mbexp_train(["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
                         f"hydra.sweep.dir={tmp_path}/multirun", *overrides(tmp_path, cache, *SHORT),
-                        "model.n_heads=choice(2,3)"])
-    assert proc.returncode == 2, proc.stderr[-3000:]
+                        f"data.cache_dir={cache},{not_a_dir}"])
+    assert proc.returncode == 1, proc.stderr[-3000:]
     (line,) = error_lines(proc.stderr)
-    assert "model.d_model=32 is not divisible by model.n_heads=3" in line and "the sweep ran its other runs" in line
+    assert "failed" in line and str(not_a_dir) in line and "the sweep ran its other runs" in line
     assert [s["status"] for s in summaries(tmp_path / "results")] == ["completed"]
 
 

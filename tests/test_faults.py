@@ -24,6 +24,7 @@ from mbexp.analysis.table import tables_for
 from mbexp.config import DataConfig, compose_config, model_spec, to_object
 from mbexp.io import finite, json_line
 from mbexp.model import DecoderLM
+from mbexp.preflight import SKIP_ENV
 from mbexp.runs import RunLock, run_dir
 from mbexp.trainer import Learner, make_optimizer, train, train_step
 
@@ -391,6 +392,15 @@ def symlink_loop(tmp: Path) -> list[str]:
     return ["data=text", f"data.path={tmp / 'loop'}"]
 
 
+def a_file(tmp: Path) -> Path:
+    (tmp / "afile").write_text("not a folder\n")
+    return tmp / "afile"
+
+
+def one_line_text(tmp: Path) -> list[str]:
+    return ["data=text", f"data.path={text_file(tmp, 'one line, one document')}"]
+
+
 PREFLIGHT = [
     ("n_heads 0", ["model.n_heads=0"], {}, "model.n_heads=0 must be >= 1"),
     ("n_heads -2", ["model.n_heads=-2"], {}, "model.n_heads=-2 must be >= 1"),
@@ -426,16 +436,54 @@ PREFLIGHT = [
     ("an experiment file's grid", ["-m", "+experiment=ladder_cpu", "model.n_kv_heads=2", "seed=0"], {},
      "error: 6 of 12 combinations of this sweep cannot run: model=ladder96 ffn=relu (model.n_kv_heads=2 must divide "
      "model.n_heads=3; choose one of: 1, 3)"),
+    ("cool-down without wsd", ["-m", "optim.cooldown_shape=linear,sqrt", "optim.cooldown_fraction=0.2,0.5", "seed=0,1"],
+     {}, "optim.cooldown_fraction=0.5 applies only to optim.schedule=wsd; with optim.schedule=cosine leave it at 0.2"),
+    ("steps beside budgets", ["optim.schedule=wsd", "train.budgets=[20,10]"], {},
+     "train.steps=2 is not used with train.budgets=[20, 10]: each budget is the train.steps of its own run"),
+    ("a sweep of lists", ["-m", "optim.betas=[0.9,0.95],[1.5,0.9]"], {}, "optim.betas=[1.5, 0.9] must be two numbers"),
+    ("a sweep of budgets", ["-m", "optim.schedule=wsd", "train.steps=16", "train.budgets=[8,16],[8,8]"], {},
+     "error: train.budgets=[8, 8] must be distinct positive step counts"),
+    ("choice()", ["-m", "optim.lr=choice(0.001,0)"], {}, "error: optim.lr=0.0 must be > 0"),
+    ("range()", ["-m", "seed=range(-1,1)"], {}, "error: seed=-1 must be >= 0"),
+    ("an inherited skip variable", ["-m", "seed=range(-1,1)"], {SKIP_ENV: "1"}, "error: seed=-1 must be >= 0"),
+    ("results_dir empty", ["results_dir="], {}, "results_dir='' is not valid"),
+    ("budgets nested first", ["optim.schedule=wsd", "train.budgets=[[10],20]"], {},
+     "train.budgets=[[10], 20] must be a flat list of whole numbers, e.g. train.budgets=[10,20]"),
+    ("budgets nested whole", ["optim.schedule=wsd", "train.budgets=[[10,20]]"], {}, "train.budgets=[[10, 20]] must be"),
+    ("budgets nested last", ["optim.schedule=wsd", "train.budgets=[10,[20]]"], {}, "train.budgets=[10, [20]] must be"),
+    ("betas nested", ["optim.betas=[[0.9],0.95]"], {},
+     "optim.betas=[[0.9], 0.95] must be a flat list of numbers, e.g. optim.betas=[0.9,0.95]"),
+    ("unknown interpolation", ["optim.lr=${oops}"], {},
+     "optim.lr=${oops} cannot be resolved (Interpolation key 'oops' not found): an interpolation names"),
+    ("recursive interpolation", ["train.steps=${train.steps}"], {},
+     "train.steps=${train.steps} cannot be resolved (Recursive interpolation detected)"),
+    ("unset variable", ["optim.lr=${oc.env:MBEXP_TEST_NOT_SET}"], {},
+     "optim.lr=${oc.env:MBEXP_TEST_NOT_SET} cannot be resolved (Environment variable 'MBEXP_TEST_NOT_SET' not found)"),
+    ("seed 1e20", ["seed=100000000000000000000"], {}, "seed=100000000000000000000 must be < 2**32 (4294967296)"),
+    ("WANDB_DIR a file", ["logger=wandb", "logger.dir=."], lambda tmp: {"WANDB_DIR": str(a_file(tmp))},
+     "/afile cannot hold the folder wandb/: "),
+    ("logger.dir a file", lambda tmp: ["logger=wandb", f"logger.dir={a_file(tmp)}"], {},
+     "/afile is a file, not a folder (ENOTDIR); choose another logger.dir"),
+    ("experiment without +", ["experiment=smoke"], {},
+     "error: experiment is not chosen by default, so it cannot be overridden: add it with +experiment=smoke"),
+    ("misspelt flag", ["--skip-impossibel"], {},
+     "error: unknown flag --skip-impossibel (did you mean --skip-impossible?); python -m mbexp.train takes -m"),
+    ("a sweep without -m", ["seed=0,1"], {}, "error: seed=0,1 is a sweep (one job per value): add -m to run it"),
+    ("seq_len beyond the corpus", ["model.seq_len=2000000"], {},
+     "data=bigtxt: the validation split holds at most 312861 tokens (311790 bytes in 1071 documents), too few for "
+     "model.seq_len=2000000"),
+    ("a one-document text", one_line_text, {}, "data=text: 1 documents are too few for data.val_fraction=0.05"),
 ]
 
 
 @pytest.mark.parametrize(("extra", "env", "says"), [c[1:] for c in PREFLIGHT], ids=[c[0] for c in PREFLIGHT])
 def test_every_value_is_checked_before_any_file(tmp_path, cache, extra, env, says):
     args = extra(tmp_path) if callable(extra) else extra
+    env = env(tmp_path) if callable(env) else env
     before = sorted(tmp_path.rglob("*"))
     proc = run_cli(tmp_path, cache, *args, env=env, logger="wandb" if "logger=wandb" in args else "none")
     assert proc.returncode == 2, proc.stderr[-2000:]
-    (line,) = flagged(proc.stderr)
+    (line,) = proc.stderr.splitlines()
     assert line.startswith("error: ") and says in line, line
     assert "Traceback" not in proc.stderr + proc.stdout and "Error executing job" not in proc.stderr
     assert sorted(tmp_path.rglob("*")) == before, "no file written"
@@ -462,6 +510,42 @@ def test_skip_impossible_runs_the_rest_and_records_the_skipped(tmp_path, cache):
     (record,) = (tmp_path / "results" / "runs").glob("*/skipped.txt")
     assert record.read_text().splitlines() == ["model.n_heads=2 model.n_kv_heads=4  # model.n_kv_heads=4 must "
                                                "divide model.n_heads=2; choose one of: 1, 2"]
+
+
+def test_skip_impossible_skips_the_impossible_values_of_a_sweep_function(tmp_path, cache):
+    proc = run_cli(tmp_path, cache, "-m", "seed=range(-1,1)", "--skip-impossible", "train.steps=1",
+                   "train.eval_every=1")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (line,) = flagged(proc.stderr)
+    assert line.startswith("warning: skipping 1 of 2 combinations that cannot run") and "seed=-1 (seed=-1 must be " \
+        ">= 0)" in line and "Traceback" not in proc.stderr
+    assert [s["seed"] for s in summaries(tmp_path / "results")] == [0]
+    (record,) = (tmp_path / "results" / "runs").glob("*/skipped.txt")
+    assert record.read_text().splitlines() == ["seed=-1  # seed=-1 must be >= 0"]
+
+
+# a sweep checked value by value, as one over MAX_COMBINATIONS is: only its job sees n_heads=2 beside n_kv_heads=4
+VALUE_BY_VALUE = """
+import runpy, sys
+from mbexp import preflight
+preflight.MAX_COMBINATIONS = 1
+sys.argv = ["mbexp.train", *sys.argv[1:]]
+runpy.run_module("mbexp.train", run_name="__main__")
+"""
+
+
+def test_an_inherited_skip_variable_skips_no_job(tmp_path, cache):
+    args = clean(overrides(tmp_path, cache, *SHORT, "-m", "model.n_heads=4,2", "model.n_kv_heads=2,4"))
+    proc = subprocess.run([sys.executable, "-c", VALUE_BY_VALUE, *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, SKIP_ENV: "1"})
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    (line,) = flagged(proc.stderr)
+    assert line == ("error: model.n_kv_heads=4 must divide model.n_heads=2; choose one of: 1, 2; the sweep ran its "
+                    "other runs (any other failure is in the log)")
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert sorted((s["identity"]["model.n_heads"], s["identity"].get("model.n_kv_heads"))
+                  for s in summaries(tmp_path / "results")) == [(2, 2), (4, 2), (4, 4)]
+    assert not list((tmp_path / "results").rglob("skipped.txt"))
 
 
 @pytest.mark.parametrize("twice", [["-m", "seed=0,1", "seed=2"], ["norm=rms", "norm=dyt"]])
