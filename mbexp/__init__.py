@@ -3,6 +3,7 @@
 import os
 
 __version__ = "0.1.0"
+RERUN_ENV = "MBEXP_RERUN"  # set by a command that runs mbexp.train for the user: its own command, to rerun
 
 
 def set_entry_defaults() -> None:

@@ -4,6 +4,7 @@ LR of its grid on the scan seeds, each row's LR is chosen on validation, then th
 
 import argparse
 import math
+import os
 import shlex
 import signal
 import subprocess
@@ -11,6 +12,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from mbexp import RERUN_ENV
 from mbexp.claims_file import CLAIMS_FILE, ClaimsError, Study, load_studies
 from mbexp.declarations import check as check_claims
 from mbexp.io import FINISHED, SummaryError, read_summary
@@ -144,14 +146,14 @@ def choose(study: Study, results_dir) -> dict:
     return choices
 
 
-def _run(argv: list[str]) -> None:
+def _run(argv: list[str], rerun: str) -> None:
     """One sweep, waited for through a Ctrl-C: the terminal sends the sweep the same SIGINT, and it stops its runs
     at a checkpoint and says so (exit 130); killing it, as subprocess.call would, could lose their last steps."""
     print("$", shlex.join(["python", *argv[1:]]), flush=True)
     interrupted = []
     previous = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
     try:
-        code = subprocess.call(argv)
+        code = subprocess.call(argv, env=os.environ | {RERUN_ENV: rerun})  # its Ctrl-C line names the study
     finally:
         signal.signal(signal.SIGINT, previous)
     if interrupted and code != INTERRUPTED:
@@ -184,6 +186,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jobs", type=_jobs, default=1, help="runs side by side (joblib launcher)")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     args = parser.parse_args(argv)
+    rerun = shlex.join(["python", "-m", "mbexp.study", *argv])
     try:
         check_claims(args.results)  # the whole file, its claims too: mbexp.train would refuse it at the first sweep
         study = load_study(args.results, args.name)
@@ -199,7 +202,7 @@ def main(argv: list[str] | None = None) -> None:
             print("then, per row, its planned seeds at the LR the scan chose")
             return
         print(f"[1/3] scan -> {args.results}/runs/{study.scan_experiment}", flush=True)
-        _run(scan)
+        _run(scan, rerun)
         choices = choose(study, args.results)
         print("[2/3] chosen on validation at", study.select_at, "steps:", flush=True)
         for values, c in choices.items():
@@ -207,12 +210,12 @@ def main(argv: list[str] | None = None) -> None:
             print(f"  {' '.join(study.row_overrides(values))}: lr {c.lr:g}{edge}")
         print(f"[3/3] planned seeds -> {args.results}/runs/{study.experiment}", flush=True)
         for command in confirm_commands(study, choices, jobs=args.jobs, results_dir=args.results):
-            _run(command)
+            _run(command, rerun)
     except (StudyError, ClaimsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:  # Ctrl-C between sweeps (a sweep interrupted says so itself, and exits 130)
-        print(f"interrupted: rerun {shlex.join(['python', '-m', 'mbexp.study', *argv])} to resume", file=sys.stderr)
+        print(f"interrupted: rerun {rerun} to resume", file=sys.stderr)
         sys.exit(130)
 
 

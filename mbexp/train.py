@@ -13,16 +13,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-import mbexp
-
-if __name__ == "__main__":  # an entry point: its environment defaults, before torch loads
-    mbexp.set_entry_defaults()
-
 import hydra
 from hydra.errors import CompactHydraException, HydraException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
+import mbexp
 from mbexp.claims_file import ClaimsError
 from mbexp.config import CONF_DIR, Config, ConfigError, register, to_object
 from mbexp.corpus import CorpusError, fingerprint
@@ -138,7 +134,8 @@ def hydra_dirs(cfg: Config | None, args: list[str]) -> list[str]:
 
 
 def _interrupted() -> None:
-    print("interrupted: the runs' checkpoints are kept; rerun the same command to resume", file=sys.stderr)
+    again = os.environ.get(mbexp.RERUN_ENV) or "the same command"
+    print(f"interrupted: the runs' checkpoints are kept; rerun {again} to resume", file=sys.stderr)
     sys.exit(130)
 
 
@@ -190,6 +187,7 @@ class _QuietHydra:
 
 
 def main() -> None:
+    mbexp.set_entry_defaults()  # before torch loads: nothing above the jobs imports it
     skip = SKIP_FLAG in sys.argv
     sys.argv = normalize_argv([a for a in sys.argv if a != SKIP_FLAG])
     os.environ.pop(SKIP_ENV, None)  # set below for a sweep's jobs only: one inherited would skip bad jobs silently

@@ -161,7 +161,7 @@ def test_the_study_command_refuses_before_any_run_in_one_line(tmp_path, monkeypa
 def test_ctrl_c_between_sweeps_is_one_line_with_the_command_as_typed(tmp_path, monkeypatch, capsys):
     (tmp_path / "claims.yaml").write_text(STUDY.format(cache=tmp_path))
 
-    def interrupted(argv):
+    def interrupted(argv, **kwargs):
         raise KeyboardInterrupt  # Ctrl-C reaches the study outside a sweep
 
     monkeypatch.setattr(study_cli.subprocess, "call", interrupted)
@@ -177,7 +177,7 @@ import os, pathlib, signal, sys, time
 os.kill(os.getppid(), signal.SIGINT)  # the terminal's Ctrl-C reaches the study as well as its sweep
 time.sleep(0.5)  # the sweep finishes its step and writes its checkpoint
 pathlib.Path(sys.argv[1]).write_text("kept")
-print("interrupted: the runs' checkpoints are kept; rerun the same command to resume", file=sys.stderr)
+print(f"interrupted: the runs' checkpoints are kept; rerun {os.environ['MBEXP_RERUN']} to resume", file=sys.stderr)
 sys.exit(130)
 """
 
@@ -190,7 +190,18 @@ def test_ctrl_c_during_a_sweep_waits_for_its_checkpoint_and_is_one_line(tmp_path
         study_cli.main(["tiny", "--results", str(tmp_path)])
     assert stop.value.code == 130 and kept.exists()  # not killed before its checkpoint
     assert [line for line in capfd.readouterr().err.splitlines() if line.startswith("interrupted")] == [
-        "interrupted: the runs' checkpoints are kept; rerun the same command to resume"]
+        f"interrupted: the runs' checkpoints are kept; rerun python -m mbexp.study tiny --results {tmp_path} to "
+        "resume"]
+
+
+def test_a_sweep_run_for_a_study_names_the_study_command_on_ctrl_c(monkeypatch, capsys):
+    from mbexp import train
+
+    monkeypatch.setenv("MBEXP_RERUN", "python -m mbexp.study tiny --jobs 2")
+    with pytest.raises(SystemExit) as stop:
+        train._interrupted()
+    assert stop.value.code == 130 and capsys.readouterr().err == (
+        "interrupted: the runs' checkpoints are kept; rerun python -m mbexp.study tiny --jobs 2 to resume\n")
 
 
 SUMMARY = {"steps": 16, "seed": 0, "status": "completed", "final_val_loss": 5.0}
