@@ -6,6 +6,7 @@ import fcntl
 import json
 import math
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from contextlib import contextmanager, suppress
@@ -108,23 +109,47 @@ class SummaryError(ValueError):
     """A summary.json that cannot be read; the message names the path."""
 
 
+def read_regular(path: str | Path) -> bytes:
+    """The bytes of the regular file `path`, never waiting on a FIFO: it is opened without blocking and checked
+    before the read. A folder raises EISDIR, a FIFO, socket or device EINVAL, each naming `path`."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        if not stat.S_ISREG(mode):
+            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+            raise OSError(errno.EINVAL, f"{kind}, not a regular file", str(path))
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read()
+    finally:
+        os.close(fd)
+
+
 def read_summary(path: str | Path, *, strict: bool = False) -> dict | None:
     """The summary.json at `path` (the file or its run directory): None when it is missing or unreadable,
     or with strict=True a SummaryError that names the file."""
     path = Path(path)
-    if path.is_dir():
+    if path.name != "summary.json" and path.is_dir():
         path = path / "summary.json"
     try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        if strict:
-            raise SummaryError(f"{path}: unreadable JSON ({err})") from None
-        return None
-    if not isinstance(summary, dict):
-        if strict:
-            raise SummaryError(f"{path}: not a JSON object")
-        return None
-    return summary
+        summary = json.loads(read_regular(path).decode("utf-8"))
+    except OSError as err:
+        problem = f"unreadable ({err.strerror}, {errno.errorcode.get(err.errno, err.errno)})"
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        problem = f"unreadable JSON ({err})"
+    else:
+        problem = None if isinstance(summary, dict) else "not a JSON object"
+    if problem is None:
+        return summary
+    if strict:
+        raise SummaryError(f"{path}: {problem}")
+    return None
+
+
+def is_number(value) -> bool:
+    """An int or float, not a bool: a number as a run file records one."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 @contextmanager

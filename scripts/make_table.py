@@ -4,6 +4,7 @@ experiment's markdown table."""
 import argparse
 import errno
 import logging
+import math
 import os
 import re
 import shlex
@@ -21,6 +22,24 @@ def baseline_arg(text: str) -> tuple[str, str]:
     return experiment, row
 
 
+def margin_arg(text: str) -> float:
+    """Parse an equivalence margin: a positive, finite number of nats."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a positive, finite number of nats, got {text!r}")
+    return value
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with a bad argument said in one line (not the usage block) and exit 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message}; see --help\n")
+
+
 def refits(text: str) -> int:
     """Parse a number of bootstrap refits: an integer of at least 20."""
     if not text.isdigit() or int(text) < 20:
@@ -30,8 +49,9 @@ def refits(text: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Exit 0: tables written (or no runs at all); 1: a malformed input, nothing finished but some runs left
-    unfinished, or a folder that takes no writes; 2: bad arguments (argparse's code), a missing --results, a bad
-    claims file or a bad $WANDB_MODE; 4: tables written, some files left out; 130: interrupted."""
+    unfinished, or a folder that takes no writes; 2: bad arguments (argparse's code), a missing --results, an
+    --only naming no experiment, a bad claims file or a bad $WANDB_MODE; 4: tables written, some files left out;
+    130: interrupted."""
     try:
         return _main(argv)
     except KeyboardInterrupt:
@@ -73,6 +93,22 @@ def unfinished_line(runs, results: Path) -> str:
             f"command: {'; '.join(named)}")
 
 
+def experiments(results: Path) -> list[str]:
+    """The experiments under results/runs: one folder each."""
+    runs = results / "runs"
+    return sorted(p.name for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else []
+
+
+def read_for(results: Path, only: str | None) -> list[str] | None:
+    """The experiments whose runs are read: all (None), or `only` and the scans its declared studies read."""
+    from mbexp.claims_file import load_studies
+
+    if not only:
+        return None
+    scans = {s.scan_experiment for s in load_studies(results).values() if only in (s.experiment, s.scan_experiment)}
+    return sorted({only} | scans)
+
+
 class _Counter(logging.Handler):
     """Counts the warnings of the reading of runs: each is a file left out."""
 
@@ -88,14 +124,14 @@ def _main(argv: list[str] | None) -> int:
     from mbexp.analysis import table
     from mbexp.analysis.ladder_draws import RESAMPLES
 
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = Parser(description=__doc__)
     parser.add_argument("--results", type=Path, default=Path("results"), help="results directory (default: results)")
     parser.add_argument("--strict", action="store_true", help="fail on a malformed summary.json instead of skipping")
     parser.add_argument("--baseline", type=baseline_arg, nargs="+", action="extend", default=[],
                         metavar="EXPERIMENT=ROW", help="baseline row")
     parser.add_argument("--tune", default=table.TUNE, metavar="KEY",
                         help=f"config key chosen per row on validation when swept (default: {table.TUNE})")
-    parser.add_argument("--margin", type=float, default=table.MARGIN,
+    parser.add_argument("--margin", type=margin_arg, default=table.MARGIN,
                         help=f"equivalence margin in nats for the TOST mark (default: {table.MARGIN})")
     parser.add_argument("--resamples", type=refits, default=RESAMPLES, metavar="N",
                         help=f"bootstrap refits of a size ladder's fit (default: {RESAMPLES}, as the committed tables)")
@@ -127,7 +163,11 @@ def _tables(args) -> int:
     skipped = _Counter()
     log.addHandler(skipped)
     try:
-        runs = collect_runs(args.results, strict=args.strict)
+        if args.only and args.only not in (found := experiments(args.results)):
+            print(f"error: --only {args.only}: no such experiment under {args.results / 'runs'}; experiments: "
+                  f"{', '.join(found) or 'none'}", file=sys.stderr)
+            return 2
+        runs = collect_runs(args.results, strict=args.strict, experiments=read_for(args.results, args.only))
         if args.only:
             runs = runs[runs["experiment"] == args.only]
         tables = table.tables_for(runs, dict(args.baseline), tune=args.tune, margin=args.margin)

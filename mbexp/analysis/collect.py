@@ -4,12 +4,13 @@ import errno
 import json
 import logging
 import math
+import numbers
 from pathlib import Path
 
 import pandas as pd
 
-from mbexp.io import SummaryError, read_summary
-from mbexp.migrate import upgrade
+from mbexp.io import SummaryError, is_number, read_regular, read_summary
+from mbexp.migrate import ADDED_LATER, upgrade
 from mbexp.names import FFNS, HIDDEN_RULES, NORMS, PLACEMENTS
 from mbexp.summary import NUMBERS as SUMMARY_NUMBERS
 
@@ -23,14 +24,18 @@ REQUIRED_NUMBERS = ("params", "d_ff", "early_val_loss", "final_val_loss", "final
 # the other numbers: a summary without them (some came later) still tables, with "—" where they would be shown
 NUMBERS = REQUIRED_NUMBERS + tuple(k for k in SUMMARY_NUMBERS if k not in REQUIRED_NUMBERS)
 NUMERICS = ("precision", "device", "compiled")  # how a run computed: precision is also in its identity
+CURVE = ("step", "tokens", "val_loss")  # what a run's curve is drawn from, in its metrics.jsonl
 RUN_COLUMNS = ("path", *STRINGS, "seed", *AXES, "warmup_steps", *NUMBERS, *NUMERICS, "identity", "config",
                "declarations")
 
 
-def collect_runs(results_dir, strict: bool = False) -> pd.DataFrame:
-    """One row per run from `results_dir/runs/**/summary.json`; bad files are logged and skipped, or raise if strict."""
+def collect_runs(results_dir, strict: bool = False, experiments=None) -> pd.DataFrame:
+    """One row per run from `results_dir/runs/**/summary.json` (with `experiments`, only under those experiments'
+    folders); bad files are logged and skipped, or raise if strict."""
     rows = []
-    for path in sorted(Path(results_dir, "runs").rglob("summary.json")):
+    folders = [Path(results_dir, "runs", e) for e in experiments] if experiments is not None else [
+        Path(results_dir, "runs")]
+    for path in sorted(p for folder in folders for p in folder.rglob("summary.json")):
         try:
             rows.append(read_record(path, strict=strict))
         except SummaryError as err:
@@ -52,7 +57,7 @@ def read_record(path: Path, *, strict: bool = False) -> dict:
         raise SummaryError(f"{path}: {problem}")
     _check_metrics(path.parent / "metrics.jsonl")
     bad = {key: summary[key] for key in ("final_val_loss", "final_test_loss")
-           if _is_number(summary.get(key)) and not math.isfinite(summary[key])}
+           if is_number(summary.get(key)) and not math.isfinite(summary[key])}
     if summary["status"] == "completed" and bad:
         message = f"{path}: status completed with {', '.join(f'{k}={v}' for k, v in bad.items())}"
         if strict:
@@ -74,9 +79,10 @@ def read_record(path: Path, *, strict: bool = False) -> dict:
 
 
 def _check_metrics(path: Path) -> None:
-    """A run's metrics.jsonl must be UTF-8 (its curve is drawn from it); a missing one is fine."""
+    """A run's metrics.jsonl must be a UTF-8 file whose records give numbers where its curve is drawn from (a line
+    cut short by an interrupted run is fine); a missing one is fine."""
     try:
-        path.read_bytes().decode("utf-8")
+        lines = read_regular(path).decode("utf-8").splitlines()
     except FileNotFoundError:
         return
     except UnicodeDecodeError as err:
@@ -85,11 +91,50 @@ def _check_metrics(path: Path) -> None:
     except OSError as err:
         code = errno.errorcode.get(err.errno, err.errno)
         raise SummaryError(f"{path}: unreadable ({err.strerror}, {code})") from None
+    for number, line in enumerate(lines, 1):
+        wrong = _wrong_curve_value(_curve_record(line) or {})
+        if wrong:
+            raise SummaryError(f"{path}: line {number}: {wrong}, not a number; the run is left out")
+
+
+def _curve_record(line: str) -> dict | None:
+    """The record of one metrics.jsonl line, or None for a line cut short or one that is not an object."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _wrong_curve_value(record: dict) -> str | None:
+    """`KEY is VALUE` for the first curve value (step, tokens, val_loss) of `record` that is not a number."""
+    for key in CURVE:
+        value = record.get(key)
+        if value is not None and not is_number(value):
+            return f"{key} is {json.dumps(value)[:40]}"
+    return None
 
 
 def legacy_identity(summary: dict) -> dict:
     """Summaries written before `identity` existed: the row hash and the warm-up decide the config."""
     return {"row_id": summary["row_id"], "optim.warmup_steps": summary["axes"]["warmup_steps"]}
+
+
+def identity_values(identity: dict) -> dict:
+    """`identity` with each key added later that it leaves out at the value its absence stands for (ADDED_LATER)."""
+    return ADDED_LATER | identity
+
+
+def order_key(value) -> tuple:
+    """A sort key for config values of any types, never comparing two types: numbers, then text, then lists,
+    then missing values (None, NaN), as pandas sorts them."""
+    if isinstance(value, tuple):
+        return (2, tuple(order_key(v) for v in value))
+    if value is None or isinstance(value, float) and math.isnan(value):
+        return (3, 0)
+    if isinstance(value, numbers.Real):
+        return (0, value)
+    return (1, str(value))
 
 
 def config_key(identity: dict) -> str:
@@ -103,21 +148,22 @@ def _problem(summary: dict) -> str | None:
     if missing:
         return f"missing keys {missing}"
     wrong = [key for key in STRINGS if not isinstance(summary[key], str)]
-    wrong += [key for key in NUMBERS if summary.get(key) is not None and not _is_number(summary[key])]
+    wrong += [key for key in NUMBERS if summary.get(key) is not None and not is_number(summary[key])]
     wrong += [] if _is_int(summary["seed"]) else ["seed"]
     wrong += [] if isinstance(summary["axes"], dict) and _is_int(summary["axes"].get("warmup_steps")) else ["axes"]
     wrong += [key for key in ("identity", "declarations") if not isinstance(summary.get(key, {}), dict)]
     if wrong:
         return f"wrong types for {wrong}"
+    identity = summary.get("identity") or {}  # none: a summary older than `identity`
+    if identity and not is_number(identity.get("optim.lr")):  # a table tunes it, a study's scan chooses it
+        lr = identity.get("optim.lr")
+        return f"identity optim.lr={lr!r} is not a number" if "optim.lr" in identity else \
+            "its identity records no optim.lr"
     if summary["status"] not in STATUSES:
         return f"unknown status {summary['status']!r}"
     if summary["status"] == "completed" and summary["final_val_loss"] is None:
         return "completed without final_val_loss"
     return None
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _is_int(value) -> bool:
@@ -138,18 +184,17 @@ def load_curves(run_dirs) -> pd.DataFrame:
     for run_dir in run_dirs:
         path = Path(run_dir, "metrics.jsonl")
         try:
-            lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+            lines = read_regular(path).decode("utf-8").splitlines()
+        except FileNotFoundError:
+            continue
         except (OSError, UnicodeDecodeError) as err:  # collect_runs leaves such a run out; a file changed since
             log.warning("skipping the curve of %s (%s)", path, err)
             continue
         for line in lines:
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut short by an interrupted run
-            if isinstance(record, dict) and "val_loss" in record:
-                records.append({"run_dir": str(run_dir), **{k: record.get(k) for k in ("step", "tokens", "val_loss")}})
-    curves = pd.DataFrame(records, columns=["run_dir", "step", "tokens", "val_loss"])
+            record = _curve_record(line)  # a line cut short by an interrupted run: None
+            if record is not None and "val_loss" in record and not _wrong_curve_value(record):
+                records.append({"run_dir": str(run_dir), **{k: record.get(k) for k in CURVE}})
+    curves = pd.DataFrame(records, columns=["run_dir", *CURVE])
     return curves.drop_duplicates(["run_dir", "step"], keep="last").reset_index(drop=True)
 
 
@@ -159,8 +204,8 @@ def run_settings(run_dirs, section: str) -> dict:
 
     for run_dir in run_dirs:
         try:
-            config = yaml.safe_load(Path(run_dir, "config.yaml").read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError):
+            config = yaml.safe_load(read_regular(Path(run_dir, "config.yaml")).decode("utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
             continue
         if isinstance(config, dict) and isinstance(config.get(section), dict):
             return config[section]

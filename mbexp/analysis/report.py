@@ -5,6 +5,7 @@ docs/results.md below RESULTS_BEGIN from the committed runs and results/claims.y
 """
 
 import argparse
+import errno
 import math
 import sys
 from pathlib import Path
@@ -314,18 +315,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--table-doc", type=Path, default=Path("docs/table.md"), help="where the worked example goes")
     parser.add_argument("--check", action="store_true", help="exit 1 when a committed text differs; write nothing")
     args = parser.parse_args(argv)
+    options = {args.readme: "--readme", args.page: "--page", args.table_doc: "--table-doc"}
     try:
+        old = {path: path.read_text(encoding="utf-8") for path in options}  # a wrong path fails before the tables
         results = generate(args.results, args.claims or args.results / "claims.yaml")
         trends = ladder_trends(args.results)
-        texts = {path: splice(path.read_text(encoding="utf-8"), begin, end, block) for path, begin, end, block in
+        texts = {path: splice(old[path], begin, end, block) for path, begin, end, block in
                  ((args.readme, CLAIMS_BEGIN, CLAIMS_END, readme_block(results, trends)),
                   (args.page, RESULTS_BEGIN, RESULTS_END,
                    results_page(results, trends, cost_lines(args.results), scan_tables(args.results))),
                   (args.table_doc, example.EXAMPLE_BEGIN, example.EXAMPLE_END, example_block()))}
-    except (ClaimsError, ValueError, OSError) as err:
+    except OSError as err:
+        option = options.get(Path(err.filename or ""))
+        fix = f"give {option} an existing file (the default is relative to the repository root)" if option \
+            else "check the path and rerun"
+        print(f"error: cannot read {err.filename or '?'}: {err.strerror} ({errno.errorcode.get(err.errno, '?')}); "
+              f"{fix}", file=sys.stderr)
+        return 2
+    except (ClaimsError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    stale = [path for path, text in texts.items() if path.read_text(encoding="utf-8") != text]
+    stale = [path for path, text in texts.items() if old[path] != text]
     if args.check:
         for path in stale:
             print(f"{path} differs from what `make report` writes", file=sys.stderr)
@@ -334,7 +344,6 @@ def main(argv: list[str] | None = None) -> int:
         path.write_text(texts[path], encoding="utf-8")
     print(f"wrote {', '.join(map(str, stale)) or 'nothing (up to date)'}")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -4,11 +4,12 @@ run of the row sits at it, and the compute a study spent against the naive grid 
 import math
 from pathlib import Path
 
+from mbexp.analysis.collect import identity_values
 from mbexp.analysis.render import setting
 from mbexp.analysis.table import Table
 from mbexp.claims_file import Study, load_studies
 from mbexp.config import OptimConfig
-from mbexp.io import read_summary
+from mbexp.io import is_number, read_summary
 from mbexp.schedule import cooldown_start
 from mbexp.study import StudyError, choose, identity_key
 
@@ -27,12 +28,12 @@ def annotate(tables: dict[str, Table], results_dir) -> None:
             continue
         chosen, edge, own = {}, {}, {}
         for label, runs in table.runs.groupby("label"):
-            ident = runs["identity"].iloc[0]
+            ident = identity_values(runs["identity"].iloc[0])  # a key left out stands for its default
             c = choices.get(tuple(str(ident.get(identity_key(k))) for k in study.rows))
             planned = runs[runs["seed"].isin(study.seeds)]
             chosen[label], edge[label] = (c.lr, c.edge) if c else (math.nan, "")
             own[label] = bool(c) and len(planned) > 0 and all(
-                math.isclose(float(i.get("optim.lr")), c.lr) for i in planned["identity"])
+                is_number(i.get("optim.lr")) and math.isclose(i["optim.lr"], c.lr) for i in planned["identity"])
         rows = table.rows
         rows["lr_chosen"], rows["lr_edge"] = rows["label"].map(chosen), rows["label"].map(edge).fillna("")
         rows["lr_own"] = rows["label"].map(own).fillna(False).astype(bool)
@@ -52,9 +53,17 @@ def _runs(study: Study, results_dir) -> list[dict]:
             continue  # a reused scan: counted by the study that ran it
         for path in sorted((Path(results_dir) / "runs" / experiment).glob("*/seed=*/summary.json")):
             s = read_summary(path.parent)
-            if s and s.get("seed") in seeds and s.get("steps") in study.budgets and s.get("step"):
+            if s and s.get("seed") in seeds and s.get("steps") in study.budgets and s.get("step") and _counts(s):
                 out.append(s)
     return out
+
+
+def _counts(summary: dict) -> bool:
+    """Whether the numbers `cost` reads are numbers (collect_runs names a summary where they are not)."""
+    branched = summary.get("branched") or {}
+    return isinstance(branched, dict) and is_number(summary["step"]) and all(
+        v is None or is_number(v) for v in (summary.get("tokens_seen"), summary.get("wall_time_s"),
+                                            branched.get("step", 0), branched.get("wall_time_s", 0)))
 
 
 def per_run_steps(study: Study) -> int:

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from mbexp.analysis import stats
-from mbexp.analysis.collect import AXES, collect_runs
+from mbexp.analysis.collect import AXES, collect_runs, identity_values, order_key
 from mbexp.analysis.sizes import PER_RUNG, SIZE_KEYS, is_ladder
 from mbexp.io import FINISHED
 
@@ -71,14 +71,17 @@ def tables_for(runs: pd.DataFrame, baselines: dict | None = None, *, tune: str =
     keys = sorted({k for identity in finished["identity"] for k in identity})
     if tune != TUNE and keys and tune not in keys:
         raise ValueError(f"--tune {tune!r} is not a config key of any run; keys: {', '.join(keys)}")
-    if not margin > 0:
+    if not 0 < margin < math.inf:
         raise ValueError(f"--margin must be a positive number of nats, got {margin}")
     return {exp: summarize(group, baselines.get(exp), tune=tune, margin=margin)
             for exp, group in finished.groupby("experiment")}
 
 
 def _hashable(value):
-    return tuple(value) if isinstance(value, list) else value
+    """A config value as a pandas cell that groups and sorts: a list as a tuple, an object as its JSON."""
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    return tuple(_hashable(v) for v in value) if isinstance(value, list) else value
 
 
 def _axes(ident: pd.DataFrame, swept: list[str], tune: str) -> tuple[str | None, str | None]:
@@ -98,7 +101,8 @@ def _axes(ident: pd.DataFrame, swept: list[str], tune: str) -> tuple[str | None,
 def summarize(runs: pd.DataFrame, baseline: str | None = None, *, tune: str = TUNE, margin: float = MARGIN) -> Table:
     """One experiment's finished runs reduced to one row per variant, in registry order, with Δ vs the baseline."""
     runs = runs[runs["status"].isin(FINISHED)].copy()
-    ident = pd.DataFrame([{k: _hashable(v) for k, v in i.items()} for i in runs["identity"]], index=runs.index)
+    ident = pd.DataFrame([{k: _hashable(v) for k, v in identity_values(i).items()} for i in runs["identity"]],
+                         index=runs.index)
     swept = [k for k in ident.columns if ident[k].nunique(dropna=False) > 1]
     column, tuned = _axes(ident, swept, tune)
     row_keys = [k for k in swept if k not in (column, tuned)]
@@ -108,7 +112,7 @@ def summarize(runs: pd.DataFrame, baseline: str | None = None, *, tune: str = TU
     runs["label"] = _labels(runs, ident, row_keys)
     completed = runs[runs["status"] == "completed"]
     split = "test" if len(completed) and completed["final_test_loss"].notna().all() else "validation"
-    columns = sorted(runs["_col"].unique()) if column else [None]
+    columns = sorted(runs["_col"].unique(), key=order_key) if column else [None]
     table = Table(runs["experiment"].iloc[0], pd.DataFrame(), runs, split, margin, column, columns if column else [],
                   _reference(runs, column), tuned)
     runs["chosen"] = _chosen(runs)
@@ -123,7 +127,7 @@ def mixed_numerics(runs: pd.DataFrame) -> list[str]:
     """One line when the table's rows differ in precision, and one per row whose runs mixed devices or compiling
     (a run that did not record one is left out)."""
     notes = []
-    precisions = sorted(set(runs["precision"].dropna()))
+    precisions = sorted(set(runs["precision"].dropna().map(str)))
     if len(precisions) > 1:
         notes.append(f"Precision differs between rows ({', '.join(precisions)}): compare rows of one precision.")
     for label, group in runs.groupby("label", sort=False):
@@ -139,7 +143,7 @@ def _labels(runs: pd.DataFrame, ident: pd.DataFrame, row_keys: list[str]) -> lis
     """The summary's `row`, plus the distinguishing key=value pairs when two rows share it."""
     labels = {}
     for name, group in runs.groupby("row", sort=False):
-        keys = sorted(set(group["_row"]))
+        keys = sorted(set(group["_row"]), key=order_key)
         differ = [k for i, k in enumerate(row_keys) if len({key[i] for key in keys}) > 1]
         for key in keys:
             extra = ", ".join(f"{k}={setting(key[row_keys.index(k)])}" for k in differ)
@@ -152,14 +156,15 @@ def _reference(runs: pd.DataFrame, column: str | None):
     if column is None:
         return None
     if column == "train.steps":
-        return max(runs["_col"])
+        return max(runs["_col"], key=order_key)
     counts = Counter(runs["_col"])
-    return max(counts, key=lambda v: (counts[v], v))
+    return max(counts, key=lambda v: (counts[v], order_key(v)))
 
 
 def _val_means(runs: pd.DataFrame) -> dict:
     """Mean final validation loss per tuned value (inf when every run at that value diverged)."""
-    return {tv: _mean(group, "final_val_loss") for tv, group in runs.groupby("_tv", dropna=False, sort=True)}
+    groups = sorted(runs.groupby("_tv", dropna=False, sort=False), key=lambda item: order_key(item[0]))
+    return {tv: _mean(group, "final_val_loss") for tv, group in groups}
 
 
 def _mean(runs: pd.DataFrame, key: str) -> float:

@@ -1,0 +1,181 @@
+"""`make table` on damaged or unusual inputs (docs/troubleshooting.md): each bad file is named and left out, the rest
+tabled, exit 4 (1 with --strict); a bad argument is one line and exit 2; never a traceback, never a hang."""
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tiny import REPO, mbexp_train, overrides
+
+# the documented WSD sweep: the run at the default cool-down shape leaves the key out of its identity
+WSD = ["train.steps=10", "train.eval_every=5", "train.log_every=5", "optim.warmup_steps=1", "name=wsd",
+       "optim.schedule=wsd", "optim.cooldown_shape=linear,sqrt", "seed=0,1"]
+
+
+@pytest.fixture(scope="module")
+def wsd_results(tmp_path_factory, cache) -> Path:
+    """Four real smoke runs of the WSD sweep, trained once; each test works on its own copy."""
+    tmp = tmp_path_factory.mktemp("wsd")
+    proc = mbexp_train(["-m", *overrides(tmp, cache, *WSD)])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return tmp / "results"
+
+
+def copied(results: Path, tmp: Path, *, shapes: tuple = ("linear",)) -> Path:
+    """A copy of the sweep's runs at these cool-down shapes (one shape: no key left out sits beside a value)."""
+    shutil.copytree(results, tmp / "results", symlinks=True)
+    for run in run_dirs(tmp / "results"):
+        shape = json.loads((run / "summary.json").read_text())["identity"].get("optim.cooldown_shape", "linear")
+        if shape not in shapes:
+            shutil.rmtree(run)
+    return tmp / "results"
+
+
+def run_dirs(results: Path, experiment: str = "wsd") -> list[Path]:
+    return sorted(p.parent for p in (results / "runs" / experiment).glob("*/seed=*/summary.json"))
+
+
+def make_table(results: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "scripts/make_table.py", "--results", str(results), "--no-wandb", *args],
+                          cwd=REPO, capture_output=True, text=True, timeout=timeout, env={**os.environ})
+
+
+def flagged(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith(("error:", "warning:"))]
+
+
+def assert_left_out(results: Path, bad: Path, says: str, **kwargs) -> None:
+    """Exit 4, one warning naming `bad` and what is wrong with it, the other runs tabled; --strict: exit 1, one line."""
+    done = make_table(results, **kwargs)
+    assert done.returncode == 4 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    warnings = flagged(done.stderr)
+    assert len(warnings) == 2 and warnings[0] == f"warning: skipping {bad}: {says}", warnings
+    assert warnings[1].startswith("warning: 1 run file(s) left out")
+    assert "## wsd" in done.stdout and (results / "tables" / "wsd.md").exists()
+    strict = make_table(results, "--strict", **kwargs)
+    assert strict.returncode == 1 and strict.stderr.splitlines() == [f"error: {bad}: {says}"], strict.stderr[-2000:]
+
+
+def test_a_key_left_out_of_an_identity_tables_as_its_default(wsd_results, tmp_path):
+    results = copied(wsd_results, tmp_path, shapes=("linear", "sqrt"))
+    done = make_table(results)
+    assert done.returncode == 0 and not flagged(done.stderr), done.stderr[-2000:]
+    table = (results / "tables" / "wsd.md").read_text()
+    rows = {line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| layer-pre-relu")}
+    assert rows == {"layer-pre-relu-matched (optim.cooldown_shape=linear)",
+                    "layer-pre-relu-matched (optim.cooldown_shape=sqrt)"}
+    assert "nan" not in table
+
+
+def test_a_list_in_an_identity_is_a_value_of_its_own(wsd_results, tmp_path):
+    results = copied(wsd_results, tmp_path, shapes=("linear", "sqrt"))
+    path = run_dirs(results)[0] / "summary.json"
+    summary = json.loads(path.read_text())
+    summary["identity"]["optim.cooldown_shape"] = [1, 2]
+    path.write_text(json.dumps(summary))
+    done = make_table(results)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "| layer-pre-relu-matched (optim.cooldown_shape=(1, 2)) |" in (results / "tables" / "wsd.md").read_text()
+
+
+def test_config_values_of_any_types_sort_without_comparing_types():
+    from mbexp.analysis.collect import order_key
+
+    values = [math.nan, "sqrt", 3, (1, "a"), None, 0.5, "linear", (1, 2.0), True]
+    assert sorted(values, key=order_key)[:6] == [0.5, True, 3, "linear", "sqrt", (1, 2.0)]
+
+
+def test_a_wrongly_typed_metrics_record_leaves_its_run_out(wsd_results, tmp_path):
+    results = copied(wsd_results, tmp_path)
+    bad = run_dirs(results)[0] / "metrics.jsonl"
+    lines = len(bad.read_text().splitlines())
+    with bad.open("a") as f:
+        f.write('{"step": "x", "val_loss": "abc"}\n')
+    assert_left_out(results, bad, f'line {lines + 1}: step is "x", not a number; the run is left out')
+
+
+def scan_copy(tmp: Path) -> Path:
+    """A copy of the committed declared study ffn_wsd_cpu: its runs, its scan's and the claims file."""
+    results = tmp / "results"
+    for experiment in ("ffn_wsd_cpu", "ffn_wsd_cpu_scan"):
+        shutil.copytree(REPO / "results" / "runs" / experiment, results / "runs" / experiment)
+    shutil.copy(REPO / "results" / "claims.yaml", results / "claims.yaml")
+    return results
+
+
+@pytest.mark.parametrize(("damage", "says"), [
+    (lambda identity: identity.update({"optim.lr": "abc"}), "identity optim.lr='abc' is not a number"),
+    (lambda identity: identity.pop("optim.lr"), "its identity records no optim.lr"),
+], ids=["lr is text", "lr deleted"])
+def test_a_damaged_scan_summary_is_named_and_the_scan_goes_on(tmp_path, damage, says):
+    results = scan_copy(tmp_path)
+    bad = sorted((results / "runs" / "ffn_wsd_cpu_scan").glob("*/seed=*/summary.json"))[0]
+    summary = json.loads(bad.read_text())
+    damage(summary["identity"])
+    bad.write_text(json.dumps(summary))
+    done = make_table(results, "--only", "ffn_wsd_cpu")  # a scan the selected study reads counts
+    assert done.returncode == 4 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert flagged(done.stderr)[0] == f"warning: skipping {bad}: {says}"
+    assert (results / "tables" / "ffn_wsd_cpu_lr_scan.md").exists() and "## ffn_wsd_cpu →" in done.stdout
+    strict = make_table(results, "--only", "ffn_wsd_cpu", "--strict")
+    assert strict.returncode == 1 and strict.stderr.splitlines() == [f"error: {bad}: {says}"]
+
+
+@pytest.mark.parametrize("name", ["metrics.jsonl", "summary.json"])
+def test_a_fifo_is_never_opened_for_reading(wsd_results, tmp_path, name):
+    results = copied(wsd_results, tmp_path)
+    bad = run_dirs(results)[0] / name
+    bad.unlink()
+    os.mkfifo(bad)
+    assert_left_out(results, bad, "unreadable (a FIFO, not a regular file, EINVAL)", timeout=120)
+
+
+def test_a_summary_json_that_is_a_folder_is_named_as_it_is(wsd_results, tmp_path):
+    results = copied(wsd_results, tmp_path)
+    bad = results / "runs" / "wsd" / "stray" / "seed=0" / "summary.json"
+    bad.mkdir(parents=True)
+    assert_left_out(results, bad, "unreadable (Is a directory, EISDIR)")
+
+
+@pytest.mark.parametrize("margin", ["inf", "0", "-0.02", "nan", "abc"])
+def test_a_bad_margin_is_one_line_and_exit_2(wsd_results, tmp_path, margin):
+    results = copied(wsd_results, tmp_path)
+    done = make_table(results, f"--margin={margin}")
+    assert done.returncode == 2 and not done.stdout and done.stderr.splitlines() == [
+        f"error: argument --margin: expected a positive, finite number of nats, got {margin!r}; see --help"]
+    assert not (results / "tables").exists()
+
+
+def test_only_with_an_unknown_experiment_lists_those_there(wsd_results, tmp_path):
+    results = copied(wsd_results, tmp_path)
+    (results / "runs" / "other").mkdir()
+    done = make_table(results, "--only", "wsdd")
+    assert done.returncode == 2 and not done.stdout and done.stderr.splitlines() == [
+        f"error: --only wsdd: no such experiment under {results / 'runs'}; experiments: other, wsd"]
+
+
+def test_only_counts_the_files_of_the_selected_experiment_alone(wsd_results, tmp_path):
+    results = copied(wsd_results, tmp_path)
+    broken = results / "runs" / "other" / "v" / "seed=0" / "summary.json"
+    broken.parent.mkdir(parents=True)
+    broken.write_text("{")
+    for strict in ([], ["--strict"]):
+        done = make_table(results, "--only", "wsd", *strict)
+        assert done.returncode == 0 and not flagged(done.stderr), done.stderr[-2000:]
+    everything = make_table(results)
+    assert everything.returncode == 4 and str(broken) in flagged(everything.stderr)[0]
+
+
+def test_report_with_a_missing_readme_says_so_in_one_line(tmp_path):
+    (tmp_path / "runs").mkdir()
+    missing = tmp_path / "nowhere" / "README.md"
+    done = subprocess.run([sys.executable, "-m", "mbexp.analysis.report", "--results", str(tmp_path), "--readme",
+                           str(missing), "--check"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and done.stderr.splitlines() == [
+        f"error: cannot read {missing}: No such file or directory (ENOENT); give --readme an existing file (the "
+        "default is relative to the repository root)"]
