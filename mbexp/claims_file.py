@@ -8,6 +8,8 @@ from functools import cache
 from itertools import product
 from pathlib import Path
 
+from mbexp.io import read_regular
+
 CLAIMS_FILE = "claims.yaml"
 STUDY_KEYS = ("experiment", "rows", "lr_grid", "scan_seeds", "seeds", "budgets", "select_at", "overrides", "note",
               "scan_of")
@@ -116,7 +118,7 @@ def read_file(path: Path):
     import yaml
 
     try:
-        raw = path.read_bytes()
+        raw = read_regular(path)  # a FIFO in its place is refused, never waited on
     except OSError as err:
         raise ClaimsError(f"claims file {path}: {err.strerror or err}") from None
     try:

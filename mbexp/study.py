@@ -16,6 +16,7 @@ from mbexp import RERUN_ENV
 from mbexp.claims_file import CLAIMS_FILE, ClaimsError, Study, load_studies
 from mbexp.declarations import check as check_claims
 from mbexp.io import FINISHED, SummaryError, read_summary
+from mbexp.migrate import ADDED_LATER
 
 INTERRUPTED = 130  # mbexp.train's exit code after a Ctrl-C, which it reports itself
 GROUP_KEYS = ("norm", "placement", "ffn", "hidden", "model", "arch")  # a row key naming a config group
@@ -111,7 +112,7 @@ def scan_losses(study: Study, results_dir, steps: int | None = None, damaged: li
         if why := _damage(s):
             damaged.append(f"{path}: {why}")
             continue
-        ident = s["identity"]
+        ident = ADDED_LATER | s["identity"]  # a key added later and left out stands for its old value
         row = tuple(str(ident.get(k)) for k in keys)
         loss = s.get("final_val_loss") if s.get("status") == "completed" else None
         found.setdefault((row, float(ident["optim.lr"])), []).append(math.inf if loss is None else loss)

@@ -135,6 +135,14 @@ def test_a_fifo_is_never_opened_for_reading(wsd_results, tmp_path, name):
     assert_left_out(results, bad, "unreadable (a FIFO, not a regular file, EINVAL)", timeout=120)
 
 
+def test_a_fifo_as_the_claims_file_is_one_line_not_a_hang(wsd_results, tmp_path):
+    results = copied(wsd_results, tmp_path)
+    os.mkfifo(results / "claims.yaml")
+    done = make_table(results, timeout=120)
+    assert done.returncode == 2 and done.stderr.splitlines() == [
+        f"error: claims file {results / 'claims.yaml'}: a FIFO, not a regular file"]
+
+
 def test_a_summary_json_that_is_a_folder_is_named_as_it_is(wsd_results, tmp_path):
     results = copied(wsd_results, tmp_path)
     bad = results / "runs" / "wsd" / "stray" / "seed=0" / "summary.json"
