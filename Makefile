@@ -51,7 +51,7 @@ table: install ## results/runs -> results/tables/*.{md,csv,tex}, results/figures
 	$(BIN)/python scripts/make_table.py --results $(RESULTS) $(if $(TUNE),--tune $(TUNE)) $(if $(MARGIN),--margin $(MARGIN))
 
 report: install ## README's claims block and docs/results.md from results/claims.yaml and the runs (after make table)
-	$(BIN)/python -m mbexp.analysis.report --results $(RESULTS)
+	$(BIN)/python scripts/make_report.py --results $(RESULTS)
 
 study: install ## a declared LR study end to end: scan, choose each row's LR, planned seeds (NAME=study JOBS=2)
 	$(BIN)/python -m mbexp.study $(NAME) --results $(RESULTS) --jobs $(or $(JOBS),1)

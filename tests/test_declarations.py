@@ -156,7 +156,7 @@ def test_tools_refuse_a_bad_claims_file_with_exit_2(tmp_path, tool):
         done = mbexp_train([f"results_dir={results}", "+experiment=smoke", "logger=none"], timeout=120)
     else:
         script = [str(REPO / "scripts" / "make_table.py"), "--no-wandb"] if tool == "make_table" else \
-            ["-m", "mbexp.analysis.report", "--check"]
+            ["scripts/make_report.py", "--check"]
         done = subprocess.run([sys.executable, *script, "--results", str(results)], capture_output=True, text=True,
                               cwd=REPO, timeout=120)
     assert done.returncode == 2, done.stderr

@@ -182,8 +182,33 @@ def test_only_counts_the_files_of_the_selected_experiment_alone(wsd_results, tmp
 def test_report_with_a_missing_readme_says_so_in_one_line(tmp_path):
     (tmp_path / "runs").mkdir()
     missing = tmp_path / "nowhere" / "README.md"
-    done = subprocess.run([sys.executable, "-m", "mbexp.analysis.report", "--results", str(tmp_path), "--readme",
+    done = subprocess.run([sys.executable, "scripts/make_report.py", "--results", str(tmp_path), "--readme",
                            str(missing), "--check"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and done.stderr.splitlines() == [
         f"error: cannot read {missing}: No such file or directory (ENOENT); give --readme an existing file (the "
         "default is relative to the repository root)"]
+
+
+def test_report_that_cannot_write_is_one_line_and_leaves_the_text_whole(tmp_path):
+    import resource
+    import signal
+
+    def small_files():  # files over 16 bytes fail with EFBIG, as a full disk fails with ENOSPC
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (16, 16))
+
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "claims.yaml").write_text("margin: 0.02\nclaims:\n  - {id: a, claim: c, paper: p, experiment: e, "
+                                          "baseline: b, rows: [r], hypothesis: better, seeds: [0]}\n")
+    texts = {name: f"<!-- {marks}:begin -->\nold\n<!-- {marks}:end -->\n" for name, marks in
+             (("README.md", "claims"), ("results.md", "results"), ("table.md", "example"))}
+    for name, text in texts.items():
+        (tmp_path / name).write_text(text)
+    done = subprocess.run([sys.executable, "scripts/make_report.py", "--results", str(tmp_path), "--readme",
+                           str(tmp_path / "README.md"), "--page", str(tmp_path / "results.md"), "--table-doc",
+                           str(tmp_path / "table.md")], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          preexec_fn=small_files)
+    assert done.returncode == 1 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith(f"error: cannot write {tmp_path / 'README.md'}: File too large (EFBIG); make it")
+    assert {name: (tmp_path / name).read_text() for name in texts} == texts  # whole: the old text, no temporary
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["claims.yaml", "runs", *texts])

@@ -1,19 +1,13 @@
-"""Claims as text: results/tables/claims.{md,csv}, the README's headline block and docs/results.md, all generated.
+"""Claims as text: results/tables/claims.{md,csv}, the README's headline block and docs/results.md, all generated
+(scripts/make_report.py, `make report`, writes the last two)."""
 
-`python -m mbexp.analysis.report` (`make report`) rewrites the README block between CLAIMS_BEGIN/CLAIMS_END and
-docs/results.md below RESULTS_BEGIN from the committed runs and results/claims.yaml; `--check` only compares.
-"""
-
-import argparse
-import errno
 import math
-import sys
 from pathlib import Path
 
 import pandas as pd
 
 from mbexp.analysis import example, stats
-from mbexp.analysis.claims import ClaimsError, Comparison, Result, evaluate, load_claims, seed_range, short
+from mbexp.analysis.claims import Comparison, Result, evaluate, load_claims, seed_range, short
 from mbexp.analysis.ladder_render import ladder_markdown, ladder_trends, lr_ladders_markdown, readme_ladder_lines
 from mbexp.analysis.render import fmt
 from mbexp.analysis.studies import annotate, cost_lines
@@ -306,44 +300,10 @@ def generate(results_dir, claims_path) -> list[Result]:
     return evaluate(load_claims(claims_path), tables)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--results", type=Path, default=Path("results"))
-    parser.add_argument("--claims", type=Path, help="claims file (default: RESULTS/claims.yaml)")
-    parser.add_argument("--readme", type=Path, default=Path("README.md"))
-    parser.add_argument("--page", type=Path, default=Path("docs/results.md"))
-    parser.add_argument("--table-doc", type=Path, default=Path("docs/table.md"), help="where the worked example goes")
-    parser.add_argument("--check", action="store_true", help="exit 1 when a committed text differs; write nothing")
-    args = parser.parse_args(argv)
-    options = {args.readme: "--readme", args.page: "--page", args.table_doc: "--table-doc"}
-    try:
-        old = {path: path.read_text(encoding="utf-8") for path in options}  # a wrong path fails before the tables
-        results = generate(args.results, args.claims or args.results / "claims.yaml")
-        trends = ladder_trends(args.results)
-        texts = {path: splice(old[path], begin, end, block) for path, begin, end, block in
-                 ((args.readme, CLAIMS_BEGIN, CLAIMS_END, readme_block(results, trends)),
-                  (args.page, RESULTS_BEGIN, RESULTS_END,
-                   results_page(results, trends, cost_lines(args.results), scan_tables(args.results))),
-                  (args.table_doc, example.EXAMPLE_BEGIN, example.EXAMPLE_END, example_block()))}
-    except OSError as err:
-        option = options.get(Path(err.filename or ""))
-        fix = f"give {option} an existing file (the default is relative to the repository root)" if option \
-            else "check the path and rerun"
-        print(f"error: cannot read {err.filename or '?'}: {err.strerror} ({errno.errorcode.get(err.errno, '?')}); "
-              f"{fix}", file=sys.stderr)
-        return 2
-    except (ClaimsError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    stale = [path for path, text in texts.items() if old[path] != text]
-    if args.check:
-        for path in stale:
-            print(f"{path} differs from what `make report` writes", file=sys.stderr)
-        return 1 if stale else 0
-    for path in stale:
-        path.write_text(texts[path], encoding="utf-8")
-    print(f"wrote {', '.join(map(str, stale)) or 'nothing (up to date)'}")
-    return 0
-
-if __name__ == "__main__":
-    sys.exit(main())
+def blocks(results_dir, claims_path) -> dict[str, tuple[str, str, str]]:
+    """What `make report` splices into each text (readme, page, table_doc): its two markers and the block."""
+    results, trends = generate(results_dir, claims_path), ladder_trends(results_dir)
+    page = results_page(results, trends, cost_lines(results_dir), scan_tables(results_dir))
+    return {"readme": (CLAIMS_BEGIN, CLAIMS_END, readme_block(results, trends)),
+            "page": (RESULTS_BEGIN, RESULTS_END, page),
+            "table_doc": (example.EXAMPLE_BEGIN, example.EXAMPLE_END, example_block())}
