@@ -32,10 +32,14 @@ MAX_COMBINATIONS = 512
 def check_flags(args: list[str]) -> None:
     """A flag that is neither mbexp's nor Hydra's (argparse would print Hydra's usage, naming train.py)."""
     options = sorted(get_args_parser()._option_string_actions)
-    long = [o for o in options if o.startswith("--") and o != "--multirun"]
-    for flag in (a.partition("=")[0] for a in args if a.startswith("-")):
-        if flag in options or flag.startswith("--") and sum(o.startswith(flag) for o in long) == 1:
-            continue  # argparse takes a long flag's unambiguous prefix
+    long = [o for o in options if o.startswith("--")]
+    for arg in args:
+        if arg == "--":
+            return  # argparse reads every argument after it as an override
+        flag = arg.partition("=")[0]
+        if not arg.startswith("-") or flag in options or flag[:2] in options and not flag.startswith("--") or \
+                flag.startswith("--") and sum(o.startswith(flag) for o in long) == 1:
+            continue  # argparse takes a long flag's unambiguous prefix, and a short one's value attached (-cjob)
         close = difflib.get_close_matches(flag, [SKIP_FLAG, *options], n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
         raise ConfigError(f"unknown flag {flag}{hint}; python -m mbexp.train takes -m/--multirun, {SKIP_FLAG} and "
@@ -127,7 +131,8 @@ def sweep_of(args: list[str]) -> tuple[list[str], dict[str, list[str]]]:
     mine = [a for a in args if a != "--multirun" and not a.lstrip("+~").startswith("hydra")]
     if "--multirun" in args:
         given = {a.partition("=")[0] for a in mine}
-        mine = [p for p in _file_params(mine) if p.partition("=")[0] not in given] + mine
+        file = _file_params([a for a in mine if not _is_sweep(a)])  # its group sweeps would not compose as one
+        mine = [p for p in file if p.partition("=")[0] not in given] + mine
     single = [a for a in mine if not _is_sweep(a)]
     lists = {a.partition("=")[0]: values for a in mine if (values := sweep_values(a)) is not None}
     return single, lists

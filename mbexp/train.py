@@ -40,13 +40,18 @@ from mbexp.preflight import (
 from mbexp.runs import run_dir
 
 log = logging.getLogger("mbexp")
-MULTIRUN_FLAGS = ("-m", "--multirun")
 
 
 def normalize_argv(argv: list[str]) -> list[str]:
-    """Move a -m/--multirun found anywhere to the front, where Hydra's argparse expects it."""
-    rest = [a for a in argv[1:] if a not in MULTIRUN_FLAGS]
+    """Move a -m/--multirun found anywhere to the front, where Hydra's argparse expects it, in its one spelling
+    (argparse's prefixes of --multirun and the override hydra.mode=MULTIRUN say the same), unless after `--`."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    rest = [a for a in argv[1:end] if not _multirun(a)] + argv[end:]
     return argv[:1] + (["--multirun"] if len(rest) < len(argv) - 1 else []) + rest
+
+
+def _multirun(arg: str) -> bool:
+    return arg == "-m" or len(arg) >= 3 and "--multirun".startswith(arg) or arg.lower() == "hydra.mode=multirun"
 
 
 class JobFailed(CompactHydraException):

@@ -147,3 +147,30 @@ def test_cli_fails_before_training(tmp_path, args):
     assert "Traceback" not in proc.stderr
     key = args[-2].split("=")[0] if args[0] == "-m" else args[0].split("=")[0]
     assert key.lstrip("+").split(".")[0] in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("args", [["-cjob"], ["-pPKG"], ["--multi"], ["--cfg", "job", "--", "-x=1"],
+                                  ["--cfg=job"], ["--hydra-help"]])
+def test_hydra_flags_in_every_spelling_argparse_takes_pass_the_flag_check(args):
+    from mbexp.preflight import check_flags
+
+    check_flags(args)  # a short flag's value attached, a long flag's prefix, `--` ending the flags
+
+
+def test_a_misspelt_flag_is_refused_with_the_closest_one():
+    from mbexp.preflight import SKIP_FLAG, check_flags
+
+    with pytest.raises(ConfigError, match=f"unknown flag --skip-impossibel \\(did you mean {SKIP_FLAG}\\?\\)"):
+        check_flags(["--skip-impossibel"])
+
+
+def test_a_command_line_group_sweep_keeps_the_experiment_files_grid_in_the_check():
+    from mbexp.preflight import check_config
+
+    # the file's grid (4 rungs x 3 FFNs x 3 seeds x 2 budgets) times the command line's 2 x 2; ladder96 and
+    # ladder160 have 3 and 5 heads, which n_kv_heads=2 cannot divide
+    configs, failures, total = check_config(["--multirun", "+experiment=ladder_cpu", "model.n_kv_heads=2",
+                                             "norm=layer,rms", "hidden=matched,4d"])
+    assert total == 288 and len(failures) == 144 and len(configs) == 1 + 144  # the base config, then each
+    assert {dict(o.partition("=")[::2] for o in combination)["model"] for combination, _ in failures} == {
+        "ladder96", "ladder160"}

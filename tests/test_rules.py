@@ -78,6 +78,9 @@ def test_row_id_ignores_only_the_warmup():
     (["t", "seed=1"], ["t", "seed=1"]),
     (["t", "norm=rms", "-m", "train.steps=5", "seed=1,2"],
      ["t", "--multirun", "norm=rms", "train.steps=5", "seed=1,2"]),
+    (["t", "--multi", "seed=0,1"], ["t", "--multirun", "seed=0,1"]),  # argparse's prefix of --multirun
+    (["t", "hydra.mode=MULTIRUN", "seed=0,1"], ["t", "--multirun", "seed=0,1"]),  # Hydra's own spelling
+    (["t", "--cfg", "job", "--", "seed=1"], ["t", "--cfg", "job", "--", "seed=1"]),
 ])
 def test_multirun_flag_moves_to_the_front(argv, expected):
     assert normalize_argv(argv) == expected
