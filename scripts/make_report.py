@@ -37,8 +37,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             old[key] = path.read_text(encoding="utf-8")
         except OSError as err:
-            print(f"error: cannot read {oserror(err)}; give {FLAGS[key]} an existing file (the default is relative "
-                  "to the repository root)", file=sys.stderr)
+            print(f"error: cannot read {oserror(err)}; give {FLAGS[key]} an existing file (the defaults are "
+                  "relative to the current folder: run make report from the repository root)", file=sys.stderr)
             return 2
         except UnicodeDecodeError as err:
             print(f"error: {path} is not UTF-8 ({err.reason} at byte {err.start}); save it as UTF-8", file=sys.stderr)

@@ -186,7 +186,7 @@ def test_report_with_a_missing_readme_says_so_in_one_line(tmp_path):
                            str(missing), "--check"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and done.stderr.splitlines() == [
         f"error: cannot read {missing}: No such file or directory (ENOENT); give --readme an existing file (the "
-        "default is relative to the repository root)"]
+        "defaults are relative to the current folder: run make report from the repository root)"]
 
 
 def test_report_that_cannot_write_is_one_line_and_leaves_the_text_whole(tmp_path):
