@@ -1,6 +1,7 @@
 """Tokenizer, token cache and batches: from a corpus to (B, T) tensors of token ids.
 
-`python -m mbexp.data [overrides]` prepares a corpus and prints its statistics.
+`python -m mbexp.data [overrides]` prepares a corpus and prints its statistics. Over 300 lines: the cache's
+build, its checks and its reading share one file layout (docs/data.md); the corpora's text is mbexp.corpus.
 """
 
 import hashlib

@@ -1,4 +1,5 @@
-"""A ladder's fit as markdown, CSV and a figure (docs/table.md, "Ladders")."""
+"""A ladder's fit as markdown, CSV and a figure (docs/table.md, "Ladders"). Over 300 lines: the three renderings
+of one Ladder, and the README's and results page's ladder lines, share its column names and formats."""
 
 import math
 from pathlib import Path
