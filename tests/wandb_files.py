@@ -2,6 +2,7 @@
 
 import json
 import struct
+import time
 from pathlib import Path
 
 from wandb.proto import wandb_internal_pb2 as pb
@@ -52,5 +53,12 @@ def read_run(run_dir: Path) -> dict:
     return run
 
 
-def offline_runs(wandb_dir: Path) -> list[dict]:
-    return [read_run(d) for d in sorted(Path(wandb_dir).glob("wandb/offline-run-*"))]
+def offline_runs(wandb_dir: Path, wait_s: float = 60.0) -> list[dict]:
+    """Every offline run under `wandb_dir`, each read once its log holds the exit record: W&B's service process
+    writes the log behind the run, and on a loaded machine a read right after `finish` can meet its unwritten end."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        runs = [read_run(d) for d in sorted(Path(wandb_dir).glob("wandb/offline-run-*"))]
+        if all(r["exit_code"] is not None for r in runs) or time.monotonic() > deadline:
+            return runs
+        time.sleep(0.5)
