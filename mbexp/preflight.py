@@ -239,14 +239,17 @@ def _documents(name: str, path: str | None, max_docs: int | None):
             datasets_logging.enable_progress_bar()
 
 
-def impossible_line(failures: list[tuple[list[str], str]], total: int, n_lists: int) -> str:
+def impossible_line(failures: list[tuple[list[str], str]], total: int, n_lists: int, product: int = 0) -> str:
     """One line for the impossible combinations of a sweep: one list's bad value in its own words, else each
-    combination with why."""
+    combination with why; a sweep of `product` > `total` combinations had each value checked on its own."""
     reasons = {why for _, why in failures}
     if len(reasons) == 1 and n_lists == 1:
         return reasons.pop()
     shown = "; ".join(f"{' '.join(c)} ({why})" for c, why in failures[:6])
     more = f"; and {len(failures) - 6} more" if len(failures) > 6 else ""
+    if product > total:
+        return (f"{len(failures)} of the {total} settings checked (each value beside the other sweeps' first values; "
+                f"the sweep has {product:,} combinations) cannot run: {shown}{more}; leave them out")
     return f"{len(failures)} of {total} combinations of this sweep cannot run: {shown}{more}; leave them out"
 
 

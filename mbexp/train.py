@@ -4,8 +4,8 @@ with Hydra and train.
 Stock Hydra stops reading overrides at `-m`; here `-m`/`--multirun` may stand anywhere.
 """
 
-import itertools
 import logging
+import math
 import os
 import shutil
 import signal
@@ -159,10 +159,11 @@ def preflight(args: list[str], skip: bool) -> list[Config]:
     configs, failures, total = check_config(args)
     if failures and not skip:
         _, lists = sweep_of(args)
-        commands = split_commands(args, failures) if total == len(list(itertools.product(*lists.values()))) else []
+        product = math.prod(len(values) for values in lists.values())
+        commands = split_commands(args, failures) if total == product else []
         if commands:  # stdout: the error stays one line on stderr
             print(f"the possible combinations run with these commands (or add {SKIP_FLAG}):\n" + "\n".join(commands))
-        raise ConfigError(impossible_line(failures, total, len(lists)))
+        raise ConfigError(impossible_line(failures, total, len(lists), product))
     check_environment(configs, args)
     for path in dict.fromkeys(c.data.path for c in configs if c.data.name == "text"):
         fingerprint("text", path=path)  # a file that is not text stops before Hydra's folders

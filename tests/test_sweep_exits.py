@@ -31,8 +31,10 @@ def test_a_sweep_over_512_combinations_checks_each_value_beside_the_others_first
     assert {(c.model.d_model, c.model.n_heads) for c in configs[1:]} == {(32, 2), (48, 2), (48, 3)}
     with pytest.raises(ConfigError, match="model.d_model=32 is not divisible by model.n_heads=3"):
         cli.preflight(args[:2], skip=False)  # 4 combinations: each checked as it will run
-    with pytest.raises(ConfigError, match="train.steps"):
+    with pytest.raises(ConfigError, match="train.steps") as err:
         cli.preflight([*args, "train.steps=30,0"], skip=False)  # a value bad on its own still stops the large sweep
+    assert str(err.value).startswith("1 of the 30 settings checked (each value beside the other sweeps' first "
+                                     "values; the sweep has 1,152 combinations) cannot run: ")
 
 
 def sweep(tmp, cache, launcher: str, *extra: str) -> list[str]:
