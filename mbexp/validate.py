@@ -43,27 +43,30 @@ def _above(key: str, value: float, low: float, why: str = "") -> None:
         raise ConfigError(f"{key}={value} must be > {low}{why}")
 
 
-def _floats(node, prefix: str = ""):
+def _leaves(node, prefix: str = ""):
+    """(dotted key, value, field) of every value of a config dataclass that is not a dataclass itself."""
+    for f in fields(node):
+        value = getattr(node, f.name)
+        if is_dataclass(value):
+            yield from _leaves(value, f"{prefix}{f.name}.")
+        else:
+            yield f"{prefix}{f.name}", value, f
+
+
+def _floats(node):
     """(dotted key, value) of every float in a config dataclass, list items included (optim.betas)."""
-    for f in fields(node):
-        value = getattr(node, f.name)
-        if is_dataclass(value):
-            yield from _floats(value, f"{prefix}{f.name}.")
-        elif isinstance(value, float):
-            yield f"{prefix}{f.name}", value
-        elif isinstance(value, list):
-            yield from ((f"{prefix}{f.name}", v) for v in value if isinstance(v, float))
+    for key, value, _ in _leaves(node):
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, float):
+                yield key, v
 
 
-def _lists(node, prefix: str = ""):
+def _lists(node):
     """(dotted key, value, item type) of every list in a config dataclass (optim.betas: float)."""
-    for f in fields(node):
-        value = getattr(node, f.name)
-        if is_dataclass(value):
-            yield from _lists(value, f"{prefix}{f.name}.")
-        elif isinstance(value, list):
+    for key, value, f in _leaves(node):
+        if isinstance(value, list):
             types = [typing.get_args(t) for t in (f.type, *typing.get_args(f.type)) if typing.get_origin(t) is list]
-            yield f"{prefix}{f.name}", value, types[0][0] if types else object
+            yield key, value, types[0][0] if types else object
 
 
 def _flat(value) -> list:
