@@ -8,7 +8,7 @@ from functools import cache
 from itertools import product
 from pathlib import Path
 
-from mbexp.io import read_regular
+from mbexp.io import is_int, is_number, read_regular
 
 CLAIMS_FILE = "claims.yaml"
 STUDY_KEYS = ("experiment", "rows", "lr_grid", "scan_seeds", "seeds", "budgets", "select_at", "overrides", "note",
@@ -25,15 +25,11 @@ class ClaimsError(ValueError):
 
 
 def finite_number(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def integer(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)  # YAML's true is an int to Python
+    return is_number(value) and math.isfinite(value)
 
 
 def int_list(value) -> bool:
-    return isinstance(value, list) and all(integer(v) for v in value)
+    return isinstance(value, list) and all(is_int(v) for v in value)
 
 
 def seed_list(value) -> bool:
@@ -221,7 +217,7 @@ def parse_study(name: str, spec, where: str, studies: dict | None = None) -> Stu
         raise ClaimsError(f"{here}: seeds {shared} are both scan and planned seeds: an LR chosen on a seed would "
                           "flatter that seed's rows")
     select_at = spec.get("select_at", max(budgets))
-    if not integer(select_at) or select_at not in budgets:
+    if not is_int(select_at) or select_at not in budgets:
         raise ClaimsError(f"{here}: select_at={select_at!r} is not one of the budgets {sorted(budgets)} (a step "
                           "count)")
     _check_overrides(spec.get("overrides", []), rows, here)

@@ -10,7 +10,8 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mbexp.claims_file import CLAIMS_FILE, ClaimsError, finite_number, integer, parse_studies, read_file, seed_list
+from mbexp.claims_file import CLAIMS_FILE, ClaimsError, finite_number, parse_studies, read_file, seed_list
+from mbexp.io import is_int
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +136,7 @@ def parse_claim(entry, default_margin: float, where: str, studies: dict | None =
         raise ClaimsError(f"{where}: study {study!r} is not a study of {entry['experiment']} declared under "
                           f"`studies`")
     steps = at.get("train.steps")
-    if study and "train.steps" in at and not (integer(steps) and steps in protocol["budgets"]):
+    if study and "train.steps" in at and not (is_int(steps) and steps in protocol["budgets"]):
         # the study's runs train its budgets only: any other step count reads no run
         raise ClaimsError(f"{where}: at train.steps={steps!r} is not one of study {study}'s budgets "
                           f"{sorted(protocol['budgets'])}")

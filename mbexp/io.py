@@ -152,6 +152,11 @@ def is_number(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def is_int(value) -> bool:
+    """An int, not a bool (YAML's and JSON's true is an int to Python)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 @contextmanager
 def file_lock(path: str | Path, *, wait: bool = True, note: str | None = None):
     """An exclusive lock on the file `path` (created if missing) for the with-block; the OS drops it when the

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mbexp.io import SummaryError, is_number, read_regular, read_summary
+from mbexp.io import SummaryError, is_int, is_number, read_regular, read_summary
 from mbexp.migrate import ADDED_LATER, upgrade
 from mbexp.names import FFNS, HIDDEN_RULES, NORMS, PLACEMENTS
 from mbexp.summary import NUMBERS as SUMMARY_NUMBERS
@@ -149,8 +149,8 @@ def _problem(summary: dict) -> str | None:
         return f"missing keys {missing}"
     wrong = [key for key in STRINGS if not isinstance(summary[key], str)]
     wrong += [key for key in NUMBERS if summary.get(key) is not None and not is_number(summary[key])]
-    wrong += [] if _is_int(summary["seed"]) else ["seed"]
-    wrong += [] if isinstance(summary["axes"], dict) and _is_int(summary["axes"].get("warmup_steps")) else ["axes"]
+    wrong += [] if is_int(summary["seed"]) else ["seed"]
+    wrong += [] if isinstance(summary["axes"], dict) and is_int(summary["axes"].get("warmup_steps")) else ["axes"]
     wrong += [key for key in ("identity", "declarations") if not isinstance(summary.get(key, {}), dict)]
     if wrong:
         return f"wrong types for {wrong}"
@@ -164,10 +164,6 @@ def _problem(summary: dict) -> str | None:
     if summary["status"] == "completed" and summary["final_val_loss"] is None:
         return "completed without final_val_loss"
     return None
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def dedupe(runs: pd.DataFrame) -> pd.DataFrame:
