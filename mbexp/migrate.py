@@ -18,6 +18,11 @@ LEGACY_PRECISION = {"bf16": "auto"}
 CHECKPOINT_DEFAULTS = {"warmup_steps": 0, "warmup_s": 0.0, "declarations": {}, "branch_evals": {}}
 
 
+def identity_values(identity: dict) -> dict:
+    """`identity` with each key added later that it leaves out at the value its absence stands for (ADDED_LATER)."""
+    return ADDED_LATER | identity
+
+
 def pop_key(d: dict, key: str):
     """Remove the dotted `key` from the nested dict `d`."""
     *parents, leaf = key.split(".")

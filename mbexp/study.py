@@ -15,8 +15,8 @@ from pathlib import Path
 from mbexp import RERUN_ENV
 from mbexp.claims_file import CLAIMS_FILE, ClaimsError, Study, load_studies
 from mbexp.declarations import check as check_claims
-from mbexp.io import FINISHED, SummaryError, read_summary
-from mbexp.migrate import ADDED_LATER
+from mbexp.io import FINISHED, SummaryError, is_number, read_summary
+from mbexp.migrate import identity_values
 
 INTERRUPTED = 130  # mbexp.train's exit code after a Ctrl-C, which it reports itself
 GROUP_KEYS = ("norm", "placement", "ffn", "hidden", "model", "arch")  # a row key naming a config group
@@ -77,6 +77,13 @@ def identity_key(key: str) -> str:
     return f"{key}.name" if key in GROUP_KEYS else key
 
 
+def row_of(study: Study, identity: dict) -> tuple[str, ...]:
+    """The study row a run's identity belongs to: its values of the row keys, as text (a key added later and left
+    out stands for its old value)."""
+    ident = identity_values(identity)
+    return tuple(str(ident.get(identity_key(k))) for k in study.rows)
+
+
 def _damage(summary: dict) -> str:
     """What in a finished scan run's summary cannot be read (its identity's LR, its loss), '' when nothing."""
     ident = summary.get("identity")
@@ -89,7 +96,7 @@ def _damage(summary: dict) -> str:
     if not lr > 0:
         return f"identity optim.lr={ident['optim.lr']!r} is not a learning rate"
     loss = summary.get("final_val_loss") if summary.get("status") == "completed" else None
-    if loss is not None and (isinstance(loss, bool) or not isinstance(loss, int | float)):
+    if loss is not None and not is_number(loss):
         return f"final_val_loss={loss!r} is not a number"
     return ""
 
@@ -99,7 +106,6 @@ def scan_losses(study: Study, results_dir, steps: int | None = None, damaged: li
     selection budget). A run whose summary cannot be read counts as unfinished; `damaged` collects why."""
     steps = study.select_at if steps is None else steps
     found: dict = {}
-    keys = [identity_key(k) for k in study.rows]
     damaged = [] if damaged is None else damaged
     for path in sorted((Path(results_dir) / "runs" / study.scan_experiment).glob("*/seed=*/summary.json")):
         try:
@@ -112,10 +118,9 @@ def scan_losses(study: Study, results_dir, steps: int | None = None, damaged: li
         if why := _damage(s):
             damaged.append(f"{path}: {why}")
             continue
-        ident = ADDED_LATER | s["identity"]  # a key added later and left out stands for its old value
-        row = tuple(str(ident.get(k)) for k in keys)
         loss = s.get("final_val_loss") if s.get("status") == "completed" else None
-        found.setdefault((row, float(ident["optim.lr"])), []).append(math.inf if loss is None else loss)
+        found.setdefault((row_of(study, s["identity"]), float(s["identity"]["optim.lr"])), []).append(
+            math.inf if loss is None else loss)
     return found
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from mbexp.io import SummaryError, is_int, is_number, read_regular, read_summary
-from mbexp.migrate import ADDED_LATER, upgrade
+from mbexp.migrate import upgrade
 from mbexp.names import FFNS, HIDDEN_RULES, NORMS, PLACEMENTS
 from mbexp.summary import NUMBERS as SUMMARY_NUMBERS
 
@@ -118,11 +118,6 @@ def _wrong_curve_value(record: dict) -> str | None:
 def legacy_identity(summary: dict) -> dict:
     """Summaries written before `identity` existed: the row hash and the warm-up decide the config."""
     return {"row_id": summary["row_id"], "optim.warmup_steps": summary["axes"]["warmup_steps"]}
-
-
-def identity_values(identity: dict) -> dict:
-    """`identity` with each key added later that it leaves out at the value its absence stands for (ADDED_LATER)."""
-    return ADDED_LATER | identity
 
 
 def order_key(value) -> tuple:

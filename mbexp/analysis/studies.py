@@ -4,14 +4,13 @@ run of the row sits at it, and the compute a study spent against the naive grid 
 import math
 from pathlib import Path
 
-from mbexp.analysis.collect import identity_values
 from mbexp.analysis.render import setting
 from mbexp.analysis.table import Table
 from mbexp.claims_file import Study, load_studies
 from mbexp.config import OptimConfig
 from mbexp.io import is_number, read_summary
 from mbexp.schedule import cooldown_start
-from mbexp.study import StudyError, choose, identity_key
+from mbexp.study import StudyError, choose, row_of
 
 
 def annotate(tables: dict[str, Table], results_dir) -> None:
@@ -28,8 +27,7 @@ def annotate(tables: dict[str, Table], results_dir) -> None:
             continue
         chosen, edge, own = {}, {}, {}
         for label, runs in table.runs.groupby("label"):
-            ident = identity_values(runs["identity"].iloc[0])  # a key left out stands for its default
-            c = choices.get(tuple(str(ident.get(identity_key(k))) for k in study.rows))
+            c = choices.get(row_of(study, runs["identity"].iloc[0]))
             planned = runs[runs["seed"].isin(study.seeds)]
             chosen[label], edge[label] = (c.lr, c.edge) if c else (math.nan, "")
             own[label] = bool(c) and len(planned) > 0 and all(

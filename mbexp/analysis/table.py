@@ -10,9 +10,10 @@ import numpy as np
 import pandas as pd
 
 from mbexp.analysis import stats
-from mbexp.analysis.collect import AXES, collect_runs, identity_values, order_key
+from mbexp.analysis.collect import AXES, collect_runs, order_key
 from mbexp.analysis.sizes import PER_RUNG, SIZE_KEYS, is_ladder
 from mbexp.io import FINISHED
+from mbexp.migrate import identity_values
 
 TUNE = "optim.lr"  # the tuned key by default, when a row has runs at several of its values
 MARGIN = 0.02  # nats: the equivalence margin of the TOST mark
