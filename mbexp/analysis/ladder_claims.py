@@ -20,9 +20,7 @@ def ladder_trend(claim: Claim, table: Table | None) -> Result:
 
     def tested(seeds) -> tuple[list[Comparison], int]:
         trends, steps, sizes = claim_trends(table, claim.pairs, claim.at, seeds)
-        slow = slow_starts(table, steps)
         out = [Comparison(r, b, t.interval, t90.interval, t.per_seed, len(t.seeds),
-                          slow={label: s for (v, _), (label, s) in slow.items() if v in (r, b) and s},
                           per_size={sizes[n]: d for n, d in t.deltas.items()})
                for (r, b), (t, t90) in zip(claim.pairs, trends)]
         got = [t for t, _ in trends]
@@ -38,6 +36,10 @@ def ladder_trend(claim: Claim, table: Table | None) -> Result:
         (comparisons, steps), (everyone, _) = tested(planned), tested(None)
     except ValueError as err:  # variants the ladder lacks
         return Result(claim, [], NOT_TESTED, EXPLORATORY, {}, [str(err)])
+    # every size of the claim's variants at the budget read: its row's label and slow-start seeds
+    cells = {key: cell for key, cell in slow_starts(table, steps).items() if any(key[0] in p for p in claim.pairs)}
+    for c in (*comparisons, *everyone):
+        c.slow = {label: s for (v, _), (label, s) in cells.items() if v in (c.row, c.baseline) and s}
     present = {c.row: sorted(c.deltas.index) for c in everyone}
     texts = [f"fit-free: paired Δ vs the baseline per size at {steps} steps, its slope over ln N"]
     unmet = [f"planned seeds missing for {c.row}: {seed_range(planned - set(c.deltas.index))}"
@@ -60,8 +62,7 @@ def ladder_trend(claim: Claim, table: Table | None) -> Result:
         texts.append(f"exploratory: {len(read) - declared} of {len(read)} runs read were not launched under this "
                      "declaration")
     tags = []
-    read_labels = [label for (v, _), (label, _) in slow_starts(table, steps).items()
-                   if any(v in pair for pair in claim.pairs)]
+    read_labels = [label for label, _ in cells.values()]
     if edges := lr_edges(table, read_labels):
         tags.append("LR at grid edge")
         texts.append(edge_text(edges, lambda label: short(label, read_labels)))
