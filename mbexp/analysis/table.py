@@ -190,8 +190,7 @@ def _chosen(runs: pd.DataFrame) -> pd.Series:
 
 
 def _per_seed(runs: pd.DataFrame, key: str) -> pd.Series:
-    done = runs[runs["status"] == "completed"]
-    return done.set_index("seed")[key].astype(float)
+    return runs[runs["status"] == "completed"].set_index("seed")[key].astype(float)
 
 
 def cell_runs(table: Table, label: str, value=None) -> pd.DataFrame:
