@@ -1,5 +1,6 @@
 """mbexp: ablation experiments for the parts of a modern decoder block."""
 
+import argparse
 import os
 
 __version__ = "0.1.0"
@@ -10,3 +11,14 @@ def set_entry_defaults() -> None:
     """What an entry point sets before torch loads OpenMP, unless you set it yourself: OpenMP threads wait
     passively, as spinning ones stall each other on a shared CPU (docs/speed.md, "OpenMP's wait policy")."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse for the commands and scripts: the description as laid out in the docstring, and a bad argument
+    in one line naming --help (not the usage block), exit 2."""
+
+    def __init__(self, **kwargs):
+        super().__init__(formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs)
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message}; see {self.prog} --help\n")

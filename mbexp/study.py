@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from mbexp import RERUN_ENV
+from mbexp import RERUN_ENV, Parser
 from mbexp.claims_file import CLAIMS_FILE, ClaimsError, Study, load_studies
 from mbexp.declarations import check as check_claims
 from mbexp.io import FINISHED, SummaryError, is_number, read_summary
@@ -178,15 +178,9 @@ def _jobs(text: str) -> int:
     return jobs
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, as the study's other refusals
-        print(f"error: {message} (see {self.prog} --help)", file=sys.stderr)
-        sys.exit(2)
-
-
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    parser = _Parser(prog="python -m mbexp.study", description=__doc__)
+    parser = Parser(prog="python -m mbexp.study", description=__doc__)
     parser.add_argument("name", help="a study declared under `studies:` in <results>/claims.yaml")
     parser.add_argument("--results", default="results")
     parser.add_argument("--jobs", type=_jobs, default=1, help="runs side by side (joblib launcher)")

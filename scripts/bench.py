@@ -34,7 +34,7 @@ import mbexp
 if __name__ == "__main__":  # an entry point: its environment defaults, before torch loads
     mbexp.set_entry_defaults()
 
-from mbexp import speed
+from mbexp import Parser, speed
 from mbexp.bench.harness import ESTIMATE, ROOT, Bench, log
 from mbexp.bench.omp import omp_child, omp_policy
 from mbexp.bench.parts import matmul_peak, norm_micro, variants
@@ -60,7 +60,7 @@ RESULT_KEY = {"peak": "peak_flops"}  # a section's key in the JSON, where it is 
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="python scripts/bench.py", description=__doc__)
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     parser.add_argument("--steps", type=int, help="steps of each throughput run (default: 40 on CPU, 200 on GPU)")
     parser.add_argument("--rounds", type=int, help="alternating rounds of every measurement (default 3)")

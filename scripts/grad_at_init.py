@@ -12,7 +12,6 @@ Writes results/grad_at_init/grad_at_init.{csv,md} and results/figures/grad_at_in
     python scripts/grad_at_init.py [--layers 12] [--seeds 4]
 """
 
-import argparse
 from pathlib import Path
 
 import matplotlib
@@ -20,6 +19,7 @@ import pandas as pd
 import torch
 from matplotlib.figure import Figure
 
+from mbexp import Parser
 from mbexp.config import compose_config, model_spec, to_object
 from mbexp.data import Batches, prepare
 from mbexp.io import write_text
@@ -66,7 +66,7 @@ def markdown_table(table: pd.DataFrame) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(prog="python scripts/grad_at_init.py", description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--seeds", type=int, default=4)
     parser.add_argument("--out", type=Path, default=Path("results"))

@@ -6,11 +6,11 @@ rewritten from the committed runs and results/claims.yaml (mbexp/analysis/report
 Exit 0: written, or up to date; 1: with --check, a text differs, or a text that takes no writes; 2: bad arguments,
 a text that cannot be read, or a claims file that does not validate.
 """
-import argparse
 import errno
 import sys
 from pathlib import Path
 
+from mbexp import Parser
 from mbexp.analysis.claims import ClaimsError
 from mbexp.analysis.report import blocks, splice
 from mbexp.io import write_text
@@ -23,7 +23,7 @@ def oserror(err: OSError) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="python scripts/make_report.py", description=__doc__)
     parser.add_argument("--results", type=Path, default=Path("results"))
     parser.add_argument("--claims", type=Path, help="claims file (default: RESULTS/claims.yaml)")
     parser.add_argument("--readme", type=Path, default=Path("README.md"))

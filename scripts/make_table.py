@@ -11,6 +11,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from mbexp import Parser
+
 SKIPPED = 4  # tables written, but some file was left out (each named in a `warning:` line)
 
 
@@ -31,13 +33,6 @@ def margin_arg(text: str) -> float:
     if not 0 < value < math.inf:
         raise argparse.ArgumentTypeError(f"expected a positive, finite number of nats, got {text!r}")
     return value
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse, with a bad argument said in one line (not the usage block) and exit 2."""
-
-    def error(self, message: str):
-        self.exit(2, f"error: {message}; see --help\n")
 
 
 def refits(text: str) -> int:
@@ -124,7 +119,7 @@ def _main(argv: list[str] | None) -> int:
     from mbexp.analysis import table
     from mbexp.analysis.ladder_draws import RESAMPLES
 
-    parser = Parser(description=__doc__)
+    parser = Parser(prog="python scripts/make_table.py", description=__doc__)
     parser.add_argument("--results", type=Path, default=Path("results"), help="results directory (default: results)")
     parser.add_argument("--strict", action="store_true", help="fail on a malformed summary.json instead of skipping")
     parser.add_argument("--baseline", type=baseline_arg, nargs="+", action="extend", default=[],

@@ -155,7 +155,8 @@ def test_a_bad_margin_is_one_line_and_exit_2(wsd_results, tmp_path, margin):
     results = copied(wsd_results, tmp_path)
     done = make_table(results, f"--margin={margin}")
     assert done.returncode == 2 and not done.stdout and done.stderr.splitlines() == [
-        f"error: argument --margin: expected a positive, finite number of nats, got {margin!r}; see --help"]
+        f"error: argument --margin: expected a positive, finite number of nats, got {margin!r}; "
+        "see python scripts/make_table.py --help"]
     assert not (results / "tables").exists()
 
 
@@ -177,6 +178,14 @@ def test_only_counts_the_files_of_the_selected_experiment_alone(wsd_results, tmp
         assert done.returncode == 0 and not flagged(done.stderr), done.stderr[-2000:]
     everything = make_table(results)
     assert everything.returncode == 4 and str(broken) in flagged(everything.stderr)[0]
+
+
+@pytest.mark.parametrize("command", [["scripts/make_report.py"], ["scripts/bench.py"], ["-m", "mbexp.study", "x"]])
+def test_other_commands_refuse_a_bad_argument_in_one_line(command):
+    done = subprocess.run([sys.executable, *command, "--bogus"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    prog = f"python {' '.join(command[:2]) if command[0] == '-m' else command[0]}"
+    assert done.returncode == 2 and not done.stdout and done.stderr.splitlines() == [
+        f"error: unrecognized arguments: --bogus; see {prog} --help"]
 
 
 def test_report_with_a_missing_readme_says_so_in_one_line(tmp_path):
