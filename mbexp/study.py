@@ -17,6 +17,7 @@ from mbexp.claims_file import CLAIMS_FILE, ClaimsError, Study, load_studies
 from mbexp.declarations import check as check_claims
 from mbexp.io import FINISHED, SummaryError, is_number, read_summary
 from mbexp.migrate import identity_values
+from mbexp.summary import lr_problem
 
 INTERRUPTED = 130  # mbexp.train's exit code after a Ctrl-C, which it reports itself
 GROUP_KEYS = ("norm", "placement", "ffn", "hidden", "model", "arch")  # a row key naming a config group
@@ -87,14 +88,8 @@ def row_of(study: Study, identity: dict) -> tuple[str, ...]:
 def _damage(summary: dict) -> str:
     """What in a finished scan run's summary cannot be read (its identity's LR, its loss), '' when nothing."""
     ident = summary.get("identity")
-    if not isinstance(ident, dict) or "optim.lr" not in ident:
-        return "its identity records no optim.lr"
-    try:
-        lr = float(ident["optim.lr"])
-    except (TypeError, ValueError):
-        lr = math.nan
-    if not lr > 0:
-        return f"identity optim.lr={ident['optim.lr']!r} is not a learning rate"
+    if why := lr_problem(ident if isinstance(ident, dict) else {}):
+        return why
     loss = summary.get("final_val_loss") if summary.get("status") == "completed" else None
     if loss is not None and not is_number(loss):
         return f"final_val_loss={loss!r} is not a number"

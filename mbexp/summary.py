@@ -1,7 +1,9 @@
 """The run summary (summary.json): the contract between a run, which writes it, and `make table`, which reads it."""
 
+import math
 from dataclasses import dataclass, field, fields
 
+from mbexp.io import is_number
 from mbexp.migrate import SCHEMA
 
 
@@ -62,3 +64,12 @@ class RunSummary:
 
 NUMBERS = tuple(f.name for f in fields(RunSummary) if f.metadata.get("number"))
 FIELDS = tuple(f.name for f in fields(RunSummary))
+
+
+def lr_problem(identity: dict) -> str:
+    """Why a run's identity names no learning rate ('' when it names one): a table tunes it, a study's scan
+    chooses it, so a run without one cannot be read."""
+    if "optim.lr" not in identity:
+        return "its identity records no optim.lr"
+    lr = identity["optim.lr"]
+    return "" if is_number(lr) and 0 < lr < math.inf else f"identity optim.lr={lr!r} is not a learning rate"

@@ -109,9 +109,10 @@ def scan_copy(tmp: Path) -> Path:
 
 
 @pytest.mark.parametrize(("damage", "says"), [
-    (lambda identity: identity.update({"optim.lr": "abc"}), "identity optim.lr='abc' is not a number"),
+    (lambda identity: identity.update({"optim.lr": "abc"}), "identity optim.lr='abc' is not a learning rate"),
+    (lambda identity: identity.update({"optim.lr": -0.1}), "identity optim.lr=-0.1 is not a learning rate"),
     (lambda identity: identity.pop("optim.lr"), "its identity records no optim.lr"),
-], ids=["lr is text", "lr deleted"])
+], ids=["lr is text", "lr is negative", "lr deleted"])
 def test_a_damaged_scan_summary_is_named_and_the_scan_goes_on(tmp_path, damage, says):
     results = scan_copy(tmp_path)
     bad = sorted((results / "runs" / "ffn_wsd_cpu_scan").glob("*/seed=*/summary.json"))[0]

@@ -13,6 +13,7 @@ from mbexp.io import SummaryError, is_int, is_number, read_regular, read_summary
 from mbexp.migrate import upgrade
 from mbexp.names import FFNS, HIDDEN_RULES, NORMS, PLACEMENTS
 from mbexp.summary import NUMBERS as SUMMARY_NUMBERS
+from mbexp.summary import lr_problem
 
 log = logging.getLogger(__name__)
 
@@ -150,10 +151,8 @@ def _problem(summary: dict) -> str | None:
     if wrong:
         return f"wrong types for {wrong}"
     identity = summary.get("identity") or {}  # none: a summary older than `identity`
-    if identity and not is_number(identity.get("optim.lr")):  # a table tunes it, a study's scan chooses it
-        lr = identity.get("optim.lr")
-        return f"identity optim.lr={lr!r} is not a number" if "optim.lr" in identity else \
-            "its identity records no optim.lr"
+    if identity and (why := lr_problem(identity)):
+        return why
     if summary["status"] not in STATUSES:
         return f"unknown status {summary['status']!r}"
     if summary["status"] == "completed" and summary["final_val_loss"] is None:
