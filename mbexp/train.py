@@ -157,9 +157,9 @@ def preflight(args: list[str], skip: bool) -> list[Config]:
     check_overrides(args)
     check_group_choices(args)
     configs, failures, total = check_config(args)
+    _, lists = sweep_of(args)
+    product = math.prod(len(values) for values in lists.values())
     if failures and not skip:
-        _, lists = sweep_of(args)
-        product = math.prod(len(values) for values in lists.values())
         commands = split_commands(args, failures) if total == product else []
         if commands:  # stdout: the error stays one line on stderr
             print(f"the possible combinations run with these commands (or add {SKIP_FLAG}):\n" + "\n".join(commands))
@@ -172,7 +172,10 @@ def preflight(args: list[str], skip: bool) -> list[Config]:
         lines = [f"{' '.join(c)}  # {why}" for c, why in failures]
         old = where.read_text(encoding="utf-8").splitlines() if where.is_file() else []
         write_text(where, "\n".join(dict.fromkeys(old + lines)) + "\n")
-        print(f"warning: skipping {len(failures)} of {total} combinations that cannot run (listed in {where}): "
+        head = f"skipping {len(failures)} of {total} combinations that cannot run" if product <= total else (
+            f"{len(failures)} of the {total} settings checked cannot run (each value beside the other sweeps' first "
+            f"values; of the sweep's {product:,} combinations, each one that cannot run is skipped)")
+        print(f"warning: {head} (listed in {where}): "
               + "; ".join(line.replace("  # ", " (") + ")" for line in lines[:6])
               + (f"; and {len(failures) - 6} more" if len(failures) > 6 else ""), file=sys.stderr)
         os.environ[SKIP_ENV] = "1"

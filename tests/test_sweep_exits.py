@@ -37,6 +37,18 @@ def test_a_sweep_over_512_combinations_checks_each_value_beside_the_others_first
                                      "values; the sweep has 1,152 combinations) cannot run: ")
 
 
+def test_skipping_in_a_sweep_over_512_combinations_counts_settings_not_combinations(tmp_path, capsys):
+    args = [f"results_dir={tmp_path}", "model.d_model=48,32", "model.n_heads=2,3", f"seed={SEEDS}",
+            f"optim.lr={RATES}", "train.steps=30,0"]
+    cli.preflight(args, skip=True)
+    warning = capsys.readouterr().err.strip()
+    assert warning.startswith("warning: 1 of the 30 settings checked cannot run (each value beside the other "
+                              "sweeps' first values; of the sweep's 1,152 combinations, each one that cannot run "
+                              "is skipped) (listed in ") and "train.steps=0 (train.steps" in warning, warning
+    skipped = (tmp_path / "runs" / "default" / "skipped.txt").read_text().splitlines()
+    assert len(skipped) == 1 and "train.steps=0  # train.steps" in skipped[0]
+
+
 def sweep(tmp, cache, launcher: str, *extra: str) -> list[str]:
     return ["-m", *LAUNCHERS[launcher], f"hydra.sweep.dir={tmp}/multirun", *clean(overrides(tmp, cache, *SHORT)),
             "seed=0,1", *extra]
