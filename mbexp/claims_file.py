@@ -32,9 +32,31 @@ def int_list(value) -> bool:
     return isinstance(value, list) and all(is_int(v) for v in value)
 
 
+SEED_LIST = "a non-empty list of distinct integers in [0, 2**32)"  # what seed_list accepts, in words
+
+
 def seed_list(value) -> bool:
-    """A non-empty list of distinct seeds that mbexp.train accepts (integers >= 0)."""
-    return int_list(value) and bool(value) and min(value) >= 0 and len(set(value)) == len(value)
+    """A non-empty list of distinct seeds that mbexp.train accepts (integers in [0, 2**32))."""
+    from mbexp.validate import SEEDS
+
+    return int_list(value) and bool(value) and min(value) >= 0 and max(value) < SEEDS and \
+        len(set(value)) == len(value)
+
+
+def identity_key(key: str) -> str:
+    """The key a run's identity records for a row key: a config group (ffn, model, data) by its name."""
+    from mbexp.config import SCHEMA_KEYS  # hydra's config loads only where rows are read
+
+    return f"{key}.name" if f"{key}.name" in SCHEMA_KEYS else key
+
+
+def _in_identity(key: str) -> bool:
+    """Whether a run's identity records `key`'s value: the study finds a run's row by it."""
+    from mbexp.config import SCHEMA_KEYS
+    from mbexp.runs import NOT_IDENTITY
+
+    ident = identity_key(key)
+    return ident in SCHEMA_KEYS and not any(ident == k or ident.startswith(f"{k}.") for k in NOT_IDENTITY)
 
 
 def _owned(key: str, rows=()) -> bool:
@@ -77,6 +99,9 @@ def _check_rows(rows, here: str) -> None:
         if _owned(key):
             raise ClaimsError(f"{here}: rows key {key!r} is set by the study command itself ("
                               f"{', '.join(PROTOCOL_KEYS)}); a row varies another key")
+        if not _in_identity(key):
+            raise ClaimsError(f"{here}: rows key {key!r} is not recorded in a run's identity, so the study could not "
+                              "tell its rows apart; vary a config key that decides the numbers (ffn, model.d_model)")
         if len({str(v) for v in values}) < len(values):
             raise ClaimsError(f"{here}: rows {key}: {values!r} lists a value twice; list each value once")
         for value in values:
@@ -212,7 +237,7 @@ def parse_study(name: str, spec, where: str, studies: dict | None = None) -> Stu
         raise ClaimsError(f"{here}: budgets must be distinct positive step counts, got {budgets!r}")
     for key in ("scan_seeds", "seeds"):
         if not seed_list(spec[key]):
-            raise ClaimsError(f"{here}: {key} must be a non-empty list of distinct integers >= 0, got {spec[key]!r}")
+            raise ClaimsError(f"{here}: {key} must be {SEED_LIST}, got {spec[key]!r}")
     if shared := sorted(set(spec["scan_seeds"]) & set(spec["seeds"])):
         raise ClaimsError(f"{here}: seeds {shared} are both scan and planned seeds: an LR chosen on a seed would "
                           "flatter that seed's rows")

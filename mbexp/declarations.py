@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mbexp.claims_file import CLAIMS_FILE, ClaimsError, finite_number, parse_studies, read_file, seed_list
+from mbexp.claims_file import CLAIMS_FILE, SEED_LIST, ClaimsError, finite_number, parse_studies, read_file, seed_list
 from mbexp.io import is_int
 
 log = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ def parse_claim(entry, default_margin: float, where: str, studies: dict | None =
     margin = _margin(entry.get("margin", default_margin), f"{where}: margin")
     seeds, at, conditions = entry["seeds"], entry.get("at") or {}, entry.get("conditions") or {}
     if not seed_list(seeds):
-        raise ClaimsError(f"{where}: seeds must be a non-empty list of distinct integers >= 0, got {seeds!r}")
+        raise ClaimsError(f"{where}: seeds must be {SEED_LIST}, got {seeds!r}")
     if not isinstance(at, dict) or len(at) > 1 or not all(isinstance(v, int | float | str) for v in at.values()):
         raise ClaimsError(f"{where}: at must map one column key to one value, got {at!r}")
     if not isinstance(conditions, dict) or set(conditions) - set(CONDITIONS):

@@ -13,14 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mbexp import RERUN_ENV, Parser
-from mbexp.claims_file import CLAIMS_FILE, ClaimsError, Study, load_studies
+from mbexp.claims_file import CLAIMS_FILE, ClaimsError, Study, identity_key, load_studies
 from mbexp.declarations import check as check_claims
 from mbexp.io import FINISHED, SummaryError, is_number, read_summary
 from mbexp.migrate import identity_values
 from mbexp.summary import lr_problem
 
 INTERRUPTED = 130  # mbexp.train's exit code after a Ctrl-C, which it reports itself
-GROUP_KEYS = ("norm", "placement", "ffn", "hidden", "model", "arch")  # a row key naming a config group
 
 
 class StudyError(ValueError):
@@ -71,11 +70,6 @@ def confirm_commands(study: Study, choices: dict, *, jobs: int = 1, results_dir:
     """One sweep per row: its planned seeds at its chosen LR."""
     return [_sweep(study, study.experiment, study.seeds, [choices[values].lr], study.row_overrides(values), jobs,
                    results_dir) for values in study.row_values()]
-
-
-def identity_key(key: str) -> str:
-    """The summary's identity key for a row key: a config group is recorded by its name."""
-    return f"{key}.name" if key in GROUP_KEYS else key
 
 
 def row_of(study: Study, identity: dict) -> tuple[str, ...]:

@@ -113,7 +113,7 @@ BAD = {  # what the claims file holds -> what the one error line must say
     "rows: [r], seeds: [0], conditions: {own_lr: false}}\n":
         "claims on the same runs (e) declare different conditions (a: own_lr true, max_epochs 1.0; b: own_lr false",
     "claims: [{id: a, claim: x, paper: p, experiment: e, hypothesis: better, baseline: b, rows: [r], seeds: [-1, 0]}]"
-    "\n": "claim 0 (a): seeds must be a non-empty list of distinct integers >= 0, got [-1, 0]",
+    "\n": "claim 0 (a): seeds must be a non-empty list of distinct integers in [0, 2**32), got [-1, 0]",
     **{f"claims: [{{id: a, claim: x, paper: p, experiment: e, hypothesis: better, baseline: b, rows: [r], seeds: [0], "
        f"study: s, at: {{train.steps: {steps}}}}}]\nstudies: {{s: {{experiment: e, rows: {{ffn: [relu]}}, "
        "lr_grid: [0.001, 0.01], scan_seeds: [9], seeds: [0], budgets: [8, 16]}}\n":

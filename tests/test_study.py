@@ -106,9 +106,9 @@ TINY = yaml.safe_load(STUDY.format(cache="c"))["studies"]["tiny"]
     ({"overrides": ["+seed=3"]}, "overrides item '+seed=3' sets +seed"),
     ({"overrides": ["ffn=gelu"]}, "overrides item 'ffn=gelu' sets ffn"),
     ({"overrides": ["logger=none,wandb"]}, "'logger=none,wandb' is not one key=value (Hydra reads it as a sweep"),
-    ({"seeds": [-1, 2]}, "seeds must be a non-empty list of distinct integers >= 0, got [-1, 2]"),
-    ({"scan_seeds": [-3]}, "scan_seeds must be a non-empty list of distinct integers >= 0, got [-3]"),
-    ({"scan_seeds": [True]}, "scan_seeds must be a non-empty list of distinct integers >= 0, got [True]"),
+    ({"seeds": [-1, 2]}, "seeds must be a non-empty list of distinct integers in [0, 2**32), got [-1, 2]"),
+    ({"scan_seeds": [-3]}, "scan_seeds must be a non-empty list of distinct integers in [0, 2**32), got [-3]"),
+    ({"scan_seeds": [True]}, "scan_seeds must be a non-empty list of distinct integers in [0, 2**32), got [True]"),
     ({"rows": {"ffn": ["relu,swiglu"]}}, "rows value ffn='relu,swiglu' is not one value (Hydra reads it as a sweep"),
     ({"rows": {"ffn": ["relu", "range(1,3)"]}}, "rows value ffn='range(1,3)' is not one value (Hydra reads it as a "
                                                 "sweep"),
@@ -125,6 +125,11 @@ TINY = yaml.safe_load(STUDY.format(cache="c"))["studies"]["tiny"]
     ({"budgets": [1, 16], "select_at": True}, "select_at=True is not one of the budgets [1, 16]"),
     ({"select_at": 16.0}, "select_at=16.0 is not one of the budgets [8, 16]"),
     ({"budgets": [True, 16]}, "budgets must be distinct positive step counts, got [True, 16]"),
+    ({"seeds": [0, 2**32]}, "seeds must be a non-empty list of distinct integers in [0, 2**32), got [0, 4294967296]"),
+    ({"rows": {"arch": ["llama"]}}, "rows key 'arch' is not recorded in a run's identity, so the study could not tell"),
+    ({"rows": {"logger": ["none"]}}, "rows key 'logger' is not recorded in a run's identity"),
+    ({"rows": {"train.progress": ["bar"]}}, "rows key 'train.progress' is not recorded in a run's identity"),
+    ({"rows": {"model.d_modl": [32]}}, "rows key 'model.d_modl' is not recorded in a run's identity"),
 ])
 def test_a_study_refuses_a_bad_protocol_in_one_line(change, message):
     with pytest.raises(ClaimsError) as err:
@@ -134,10 +139,10 @@ def test_a_study_refuses_a_bad_protocol_in_one_line(change, message):
 
 
 def test_a_study_takes_single_values_and_plain_overrides():
-    spec = TINY | {"rows": {"model.d_model": [32, 64], "ffn": ["relu"], "train.lr_decay": [1.0e-5, 0.5]},
+    spec = TINY | {"rows": {"model.d_model": [32, 64], "ffn": ["relu"], "optim.weight_decay": [1.0e-5, 0.5]},
                    "overrides": [*TINY["overrides"], "+train.extra=1", "optim.betas=[0.9,0.95]"]}
     found = parse_study("tiny", spec, "claims file x")
-    assert found.row_overrides(found.row_values()[0]) == ["model.d_model=32", "ffn=relu", "train.lr_decay=1e-05"]
+    assert found.row_overrides(found.row_values()[0]) == ["model.d_model=32", "ffn=relu", "optim.weight_decay=1e-05"]
 
 
 @pytest.mark.parametrize("args, message", [
@@ -302,3 +307,10 @@ def test_the_study_command_scans_chooses_and_runs_the_planned_seeds(tmp_path, ca
     assert (c["unbranched"], c["unbranched_steps"], c["steps"]) == (1, 6, 18 * 2 * 4 + 6)
     assert "1 run(s) of a smaller budget trained from scratch, not branched: 6 steps beyond a branch" in "".join(
         studies.cost_lines(results))
+
+
+def test_a_row_key_naming_a_config_group_is_read_by_its_name():
+    found = parse_study("tiny", TINY | {"rows": {"data": ["text", "bigtxt"], "ffn": ["relu"], "model.d_model": [32]}},
+                        "claims file x")
+    assert study_cli.row_of(found, {"data.name": "text", "ffn.name": "relu", "model.d_model": 32}) == (
+        "text", "relu", "32")
