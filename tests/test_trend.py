@@ -140,3 +140,27 @@ def test_the_fit_tables_fit_free_column_is_holm_adjusted_over_the_budgets_varian
         assert row["fit_free"] == ("shrinks" if max(ts[v], perms[v]) < 0.05 else "not resolved")
     adjusted = rows.set_index("variant")["fit_free_p"].to_dict()  # unadjusted: 0.0227 and 0.0369
     assert adjusted == {"layer-pre-geglu-matched": 0.0453, "layer-pre-swiglu-matched": 0.0453}
+
+
+def test_a_ladder_claim_reads_its_epochs_as_any_claim_does():
+    """Past its max_epochs, or with epochs not recorded, a trend claim is not tested as declared."""
+    from test_scaling import committed_ladder
+
+    from mbexp.analysis.ladder_claims import ladder_trend
+    from mbexp.declarations import NOT_AS_DECLARED, load_claims_text
+
+    text = """claims:
+  - {id: t, claim: shrinks, paper: none, experiment: ladder_cpu, at: {train.steps: 600}, statistic: trend,
+     baseline: layer-pre-relu-matched, rows: [layer-pre-geglu-matched], hypothesis: better, seeds: [0, 1, 2],
+     conditions: {max_epochs: 1}}
+"""
+    claim, = load_claims_text(text)
+    ladder = committed_ladder()
+    within = ladder_trend(claim, ladder)
+    assert not any("epoch" in u for u in within.unmet), within.unmet  # 600 steps: 0.75 epochs
+    ladder.runs["epochs"] = ladder.runs["epochs"] * 2
+    past = ladder_trend(claim, ladder)
+    assert past.verdict == NOT_AS_DECLARED and past.unmet == ["past 1 epoch (1.51 epochs)"]
+    ladder.runs["epochs"] = float("nan")
+    unknown = ladder_trend(claim, ladder)
+    assert unknown.verdict == NOT_AS_DECLARED and unknown.unmet == ["epochs not recorded (declared at most 1)"]

@@ -8,9 +8,19 @@ import pandas as pd
 from mbexp.analysis import stats
 from mbexp.analysis.ladder_claims import ladder_trend
 from mbexp.analysis.table import SENSITIVITY_AXES, Table, cell_runs, losses_at, setting, slow_start_seeds
-from mbexp.analysis.verdicts import Comparison, Result, edge_text, lr_edges, outcome, seed_range, short, verdict
+from mbexp.analysis.verdicts import (
+    Comparison,
+    Result,
+    edge_text,
+    lr_edges,
+    outcome,
+    past_epochs,
+    seed_range,
+    short,
+    standing,
+    verdict,
+)
 from mbexp.declarations import (
-    CONFIRMATORY,
     EQUIVALENT,
     EXPLORATORY,
     NOT_AS_DECLARED,
@@ -59,12 +69,8 @@ def evaluate_claim(claim: Claim, table: Table | None) -> Result:
     texts, tags, unmet = qualifiers(claim, table, cells, present, comparisons, value)
     read = pd.concat(_read(claim, table, label, value) for label in labels)
     read = read[read["seed"].isin(planned)]
-    declared = int(sum(d.get(claim.id) == claim.digest for d in read["declarations"]))
-    standing = CONFIRMATORY if len(read) and declared == len(read) else EXPLORATORY
-    if standing == EXPLORATORY:
-        texts.append(f"exploratory: {len(read) - declared} of {len(read)} runs read were not launched under this "
-                     "declaration")
-    return Result(claim, comparisons, NOT_AS_DECLARED if unmet else verdict(comparisons), standing, present, texts,
+    stand, declared = standing(claim, read, texts)
+    return Result(claim, comparisons, NOT_AS_DECLARED if unmet else verdict(comparisons), stand, present, texts,
                   tags, unmet, family(claim, table, value) if extra else [], len(read), declared)
 
 
@@ -179,14 +185,8 @@ def qualifiers(claim: Claim, table: Table, cells: dict, present: dict, compariso
                                                                  for label, s in missing.items()), True)
     runs = pd.concat(cells.values())
     done = runs[(runs["status"] == "completed") & runs["seed"].isin(planned)]
-    if claim.max_epochs is not None:
-        epochs = done["epochs"].max()
-        if pd.isna(epochs):
-            add("epochs unknown", f"epochs not recorded (declared at most {claim.max_epochs:g})", True)
-        elif epochs > claim.max_epochs:
-            plural = "s" if claim.max_epochs != 1 else ""
-            add(f"> {claim.max_epochs:g} epoch{plural}",
-                f"past {claim.max_epochs:g} epoch{plural} ({epochs:.2f} epochs)", True)
+    if past := past_epochs(claim, done["epochs"].max()):
+        add(*past, True)
     if claim.own_lr:
         tuned = table.tuned == "optim.lr"
         own = dict(zip(table.rows["label"], table.rows["lr_own"])) if "lr_own" in table.rows else None

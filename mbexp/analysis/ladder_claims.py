@@ -7,8 +7,19 @@ from mbexp.analysis import stats
 from mbexp.analysis.scaling import ladder_points
 from mbexp.analysis.table import Table, cell_runs, slow_start_seeds
 from mbexp.analysis.trend import holm_p, ladder_deltas, trend
-from mbexp.analysis.verdicts import Comparison, Result, edge_text, lr_edges, outcome, seed_range, short, verdict
-from mbexp.declarations import CONFIRMATORY, EXPLORATORY, NOT_AS_DECLARED, NOT_TESTED, Claim
+from mbexp.analysis.verdicts import (
+    Comparison,
+    Result,
+    edge_text,
+    lr_edges,
+    outcome,
+    past_epochs,
+    seed_range,
+    short,
+    standing,
+    verdict,
+)
+from mbexp.declarations import EXPLORATORY, NOT_AS_DECLARED, NOT_TESTED, Claim
 
 
 def ladder_trend(claim: Claim, table: Table | None) -> Result:
@@ -54,13 +65,9 @@ def ladder_trend(claim: Claim, table: Table | None) -> Result:
     if claim.own_lr and not own:
         unmet.append("not at their own tuned LR: a size or FFN not at the LR its scan chose, or at one LR")
     read = table.runs[table.runs["seed"].isin(planned) & (table.runs["steps"] == steps)]
-    if claim.max_epochs is not None and read["epochs"].max() > claim.max_epochs:
-        unmet.append(f"past {claim.max_epochs:g} epoch ({read['epochs'].max():.2f} epochs)")
-    declared = int(sum(d.get(claim.id) == claim.digest for d in read["declarations"]))
-    standing = CONFIRMATORY if len(read) and declared == len(read) else EXPLORATORY
-    if standing == EXPLORATORY:
-        texts.append(f"exploratory: {len(read) - declared} of {len(read)} runs read were not launched under this "
-                     "declaration")
+    if past := past_epochs(claim, read["epochs"].max()):
+        unmet.append(past[1])
+    stand, declared = standing(claim, read, texts)
     tags = []
     read_labels = [label for label, _ in cells.values()]
     if edges := lr_edges(table, read_labels):
@@ -71,7 +78,7 @@ def ladder_trend(claim: Claim, table: Table | None) -> Result:
         texts.append("slow start (shown, not dropped): " + "; ".join(
             f"{short(label, read_labels)} seed {seed_range(s)}" for label, s in slow.items()))
     extra = set().union(*present.values()) - planned
-    return Result(claim, comparisons, NOT_AS_DECLARED if unmet else verdict(comparisons), standing, present,
+    return Result(claim, comparisons, NOT_AS_DECLARED if unmet else verdict(comparisons), stand, present,
                   texts + unmet, tags, unmet, everyone if extra else [], len(read), declared)
 
 

@@ -10,9 +10,11 @@ from mbexp.analysis import stats
 from mbexp.declarations import (
     AGREES,
     BETTER,
+    CONFIRMATORY,
     CONTRADICTS,
     DISAGREES,
     EQUIVALENT,
+    EXPLORATORY,
     NOT_RESOLVED,
     NOT_TESTED,
     OPEN,
@@ -121,3 +123,26 @@ def short(label: str, labels) -> str:
         tail += 1
     mine = label.split("-")
     return "-".join(mine[head:len(mine) - tail]) if len(words) > 1 else label
+
+
+def past_epochs(claim: Claim, epochs: float) -> tuple[str, str] | None:
+    """(tag, text) when the runs a claim reads see their corpus more often than it declares (`max_epochs`), or
+    do not record how often; None when the condition holds or is not declared."""
+    if claim.max_epochs is None:
+        return None
+    if pd.isna(epochs):
+        return "epochs unknown", f"epochs not recorded (declared at most {claim.max_epochs:g})"
+    plural = "s" if claim.max_epochs != 1 else ""
+    return None if epochs <= claim.max_epochs else (
+        f"> {claim.max_epochs:g} epoch{plural}", f"past {claim.max_epochs:g} epoch{plural} ({epochs:.2f} epochs)")
+
+
+def standing(claim: Claim, read: pd.DataFrame, texts: list[str]) -> tuple[str, int]:
+    """(standing, runs launched under the declaration): confirmatory when every run read was; else exploratory,
+    with a line added to `texts` saying how many were not."""
+    declared = int(sum(d.get(claim.id) == claim.digest for d in read["declarations"]))
+    if len(read) and declared == len(read):
+        return CONFIRMATORY, declared
+    texts.append(f"exploratory: {len(read) - declared} of {len(read)} runs read were not launched under this "
+                 "declaration")
+    return EXPLORATORY, declared
