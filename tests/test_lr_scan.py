@@ -130,3 +130,15 @@ def test_successive_halving_is_read_from_the_scan_and_its_misses_are_counted(tmp
     md = lr_scan.to_markdown(study, lr_scan.scan_frame(study, tmp_path), (picks, full))
     assert "| ladder64 | relu | 5.400 | 5.200 | **5.100** | 0.01 | high | 0.003 |" in md
     assert "picks the same LR as the full scan in **2 of 3 rows**, for 486 scan steps against 594 (0.82" in md
+
+
+def test_a_studys_cooldown_is_the_one_its_runs_train_with():
+    # budgets [300, 600]: the 600-step trunk plus the 300-step branch's cool-down, as its experiment composes it
+    from mbexp.analysis.studies import per_run_steps
+    from mbexp.claims_file import parse_study
+
+    spec = {"experiment": "ffn_wsd_cpu", "rows": {"ffn": ["relu"]}, "lr_grid": [1e-3, 1e-2], "scan_seeds": [0],
+            "seeds": [1], "budgets": [300, 600]}
+    assert per_run_steps(parse_study("s", spec, "x")) == 600 + 60
+    cooler = parse_study("s", spec | {"overrides": ["optim.cooldown_fraction=0.5"]}, "x")
+    assert per_run_steps(cooler) == 600 + 150

@@ -2,12 +2,13 @@
 run of the row sits at it, and the compute a study spent against the naive grid of separate runs."""
 
 import math
+from functools import cache
 from pathlib import Path
 
 from mbexp.analysis.render import setting
 from mbexp.analysis.table import Table
 from mbexp.claims_file import Study, load_studies
-from mbexp.config import OptimConfig
+from mbexp.config import CONF_DIR, OptimConfig, compose_config
 from mbexp.io import is_number, read_summary
 from mbexp.schedule import cooldown_start
 from mbexp.study import StudyError, choose, row_of
@@ -71,8 +72,16 @@ def per_run_steps(study: Study) -> int:
 
 
 def cooldown_fraction(study: Study) -> float:
-    return float(dict(o.split("=", 1) for o in study.overrides).get("optim.cooldown_fraction",
-                                                                     OptimConfig.cooldown_fraction))
+    """The cool-down fraction the study's runs train with: its experiment file with its overrides, as composed."""
+    return _fraction(study.experiment, tuple(study.overrides))
+
+
+@cache
+def _fraction(experiment: str, overrides: tuple[str, ...]) -> float:
+    if not (CONF_DIR / "experiment" / f"{experiment}.yaml").is_file():  # a study of runs made elsewhere
+        return float(dict(o.split("=", 1) for o in overrides).get("optim.cooldown_fraction",
+                                                                  OptimConfig.cooldown_fraction))
+    return float(compose_config([f"+experiment={experiment}", *overrides]).optim.cooldown_fraction)
 
 
 def cost(study: Study, results_dir) -> dict:
