@@ -15,15 +15,17 @@ from mbexp.io import is_int
 
 log = logging.getLogger(__name__)
 
-# the one vocabulary of the claims table: a comparison's mark, what it says for the hypothesis, the claim's
-# verdict, and whether that verdict is confirmatory
-MARKS = BETTER, WORSE, EQUIVALENT, UNRESOLVED = ("better", "worse", "equivalent", "not resolved")
+# the one vocabulary of the tables: a comparison's mark (a claim's without an interval: fewer than 2 seeds), what
+# it says for the hypothesis, the claim's verdict, and whether that verdict is confirmatory
+MARKS = BETTER, WORSE, EQUIVALENT, UNRESOLVED, NO_INTERVAL = ("better", "worse", "equivalent", "not resolved",
+                                                              "not tested")
+BASELINE = "baseline"  # the mark of a table's baseline row
 OUTCOMES = SUPPORTS, CONTRADICTS, OPEN, UNTESTED = ("supports", "contradicts", "open", "untested")
 VERDICTS = AGREES, DISAGREES, NOT_RESOLVED, NOT_TESTED, NOT_AS_DECLARED = (
     "agrees", "disagrees", "not resolved", "not tested", "not tested as declared")
 STANDINGS = CONFIRMATORY, EXPLORATORY = ("confirmatory", "exploratory")
 
-HYPOTHESES = ("better", "worse", "equivalent", "ordering")
+HYPOTHESES = (BETTER, WORSE, EQUIVALENT, "ordering")
 STATISTICS = ("delta", "sensitivity", "sensitivity_diff", "trend")
 DEFAULT_MARGIN = 0.02
 TOP_KEYS = ("margin", "claims", "studies")

@@ -126,8 +126,8 @@ def _main(argv: list[str] | None) -> int:
                         metavar="EXPERIMENT=ROW", help="baseline row")
     parser.add_argument("--tune", default=table.TUNE, metavar="KEY",
                         help=f"config key chosen per row on validation when swept (default: {table.TUNE})")
-    parser.add_argument("--margin", type=margin_arg, default=table.MARGIN,
-                        help=f"equivalence margin in nats for the TOST mark (default: {table.MARGIN})")
+    parser.add_argument("--margin", type=margin_arg, default=table.DEFAULT_MARGIN,
+                        help=f"equivalence margin in nats for the TOST mark (default: {table.DEFAULT_MARGIN})")
     parser.add_argument("--resamples", type=refits, default=RESAMPLES, metavar="N",
                         help=f"bootstrap refits of a size ladder's fit (default: {RESAMPLES}, as the committed tables)")
     parser.add_argument("--only", metavar="EXPERIMENT",

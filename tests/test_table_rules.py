@@ -42,7 +42,7 @@ def tost_by_hand(diffs: list[float], margin: float) -> float:
 
 def test_tost_p_holm_is_holm_over_the_tables_tost_ps(tmp_path):
     rows = three_rows(tmp_path)
-    raw = [tost_by_hand([a - b for a, b in zip(ROWS[r], BASE_LOSS)], table.MARGIN) for r in ROWS]
+    raw = [tost_by_hand([a - b for a, b in zip(ROWS[r], BASE_LOSS)], table.DEFAULT_MARGIN) for r in ROWS]
     assert rows.loc[list(ROWS), "tost_p"].tolist() == pytest.approx(raw, rel=1e-6)
     adjusted = holm_by_hand(raw)
     assert adjusted != pytest.approx(raw)  # the fixture is one where the adjustment shows

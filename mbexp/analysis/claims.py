@@ -23,6 +23,7 @@ from mbexp.analysis.verdicts import (
 from mbexp.declarations import (
     EQUIVALENT,
     EXPLORATORY,
+    NO_INTERVAL,
     NOT_AS_DECLARED,
     NOT_TESTED,
     UNTESTED,
@@ -145,7 +146,7 @@ def family(claim: Claim, table: Table, value, seeds=None) -> list[Comparison]:
         deltas = stats.seed_deltas(a, b)
         out.append(Comparison(pair[0], pair[1], interval, stats.compare(a, b, level=0.90), deltas,
                               len(deltas) if interval.method == "paired" else min(len(a), len(b))))
-    margins = claim.hypothesis == "equivalent" or claim.statistic == "sensitivity"
+    margins = claim.hypothesis == EQUIVALENT or claim.statistic == "sensitivity"
     p_holm = stats.holm([c.interval.p for c in out])
     tost = stats.holm([stats.tost(c.interval, claim.margin) if margins else math.nan for c in out])
     far = stats.holm([stats.beyond_margin(c.interval, claim.margin) if margins else math.nan for c in out])
@@ -155,8 +156,8 @@ def family(claim: Claim, table: Table, value, seeds=None) -> list[Comparison]:
         c.mark = EQUIVALENT if t < stats.ALPHA else stats.mark(c.interval.delta, p, math.nan)
         c.outcome = outcome(claim, c)
         if c.outcome == UNTESTED:
-            c.mark = NOT_TESTED  # no interval: fewer than 2 seeds
-        effect = claim.margin if claim.hypothesis == "equivalent" else c.interval.delta
+            c.mark = NO_INTERVAL
+        effect = claim.margin if claim.hypothesis == EQUIVALENT else c.interval.delta
         c.seeds_needed = stats.seeds_needed(effect, c.deltas.std(ddof=1)) if c.interval.method == "paired" \
             else math.nan
     return out

@@ -9,6 +9,7 @@ from scipy import stats as scipy_stats
 
 from mbexp.analysis import ladder_draws
 from mbexp.analysis.powerlaw import fit, multiplier
+from mbexp.declarations import UNRESOLVED
 
 FORMS = ("shared floor", "separate floors", "E = 0")  # then one "without <size>" per size
 AGREE = ("rises", "falls")  # the verdicts a panel can agree on
@@ -93,7 +94,7 @@ def verdict(trends: list[str]) -> str:
     ways = [DIRECTION.get(t, t) for t in trends]
     if ways and ways[0] in AGREE and all(w == ways[0] for w in ways):
         return ways[0]
-    return "not resolved" if trends and all(t == "not resolved" for t in trends) else "form-dependent"
+    return UNRESOLVED if trends and all(t == UNRESOLVED for t in trends) else "form-dependent"
 
 
 def read_trends(points: pd.DataFrame, group: pd.DataFrame, rows: list[dict], baseline: str, budget, resamples: int,

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from mbexp.analysis.powerlaw import fit, multiplier
+from mbexp.declarations import UNRESOLVED
 
 MIN_POINTS = 3  # per variant: two curve parameters each and the shared floor leave a residual from 3 points
 RESAMPLES = 200  # bootstrap refits
@@ -94,4 +95,4 @@ def trend(first: tuple, last: tuple, ratio: tuple) -> str:
         return "crosses 1 upward"
     if first[1] > 1 > last[2]:
         return "crosses 1 downward"
-    return "rises" if ratio[1] > 1 else "falls" if ratio[2] < 1 else "not resolved"
+    return "rises" if ratio[1] > 1 else "falls" if ratio[2] < 1 else UNRESOLVED

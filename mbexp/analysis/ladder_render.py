@@ -14,6 +14,7 @@ from mbexp.analysis.powerlaw import ALPHA_BOUNDS, Curve
 from mbexp.analysis.render import fmt
 from mbexp.analysis.scaling import LEVEL, SHOWN, Ladder, ranking
 from mbexp.claims_file import load_studies
+from mbexp.declarations import UNRESOLVED
 
 LEGEND = ("α, E, A: the fitted L(C) = E + A·C^-α (bounded α in (0, 2], E in [0, least mean loss); at bound: the "
           "data did not pin it). RMS resid.: root mean square of mean loss − fitted loss over the curve's points, "
@@ -205,7 +206,7 @@ def _deficit(t: dict) -> str:
     if t["fit_free"] == "—":
         return "—"
     return f"the deficit {t['fit_free']} with size (p {fmt(t['fit_free_p'], SHOWN)})" \
-        if t["fit_free"] != "not resolved" else f"not resolved (p {fmt(t['fit_free_p'], SHOWN)})"
+        if t["fit_free"] != UNRESOLVED else f"not resolved (p {fmt(t['fit_free_p'], SHOWN)})"
 
 
 def lr_ladders_markdown(results) -> str:

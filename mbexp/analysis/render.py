@@ -7,9 +7,9 @@ import pandas as pd
 
 from mbexp.analysis import stats
 from mbexp.analysis.table import SENSITIVITY_AXES, Table, setting, short
+from mbexp.declarations import BASELINE, BETTER, EQUIVALENT, UNRESOLVED, WORSE
 
-MARK_TEXT = {"better": "better", "worse": "worse", "equivalent": "equiv. ±{m}", "not resolved": "not resolved",
-             "baseline": "baseline"}
+MARK_TEXT = {BETTER: BETTER, WORSE: WORSE, EQUIVALENT: "equiv. ±{m}", UNRESOLVED: UNRESOLVED, BASELINE: BASELINE}
 TEX = {  # LaTeX for the special characters a table cell may hold
     **{c: "\\" + c for c in "&%$#_{}"},
     "\\": r"\textbackslash{}",

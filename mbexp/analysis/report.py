@@ -13,16 +13,16 @@ from mbexp.analysis.ladder_render import ladder_markdown, ladder_trends, lr_ladd
 from mbexp.analysis.render import fmt
 from mbexp.analysis.studies import annotate, cost_lines
 from mbexp.analysis.table import build_tables, setting
-from mbexp.declarations import CONFIRMATORY, EXPLORATORY, VERDICTS
+from mbexp.declarations import BETTER, CONFIRMATORY, EQUIVALENT, EXPLORATORY, VERDICTS, WORSE
 
 CLAIMS_BEGIN, CLAIMS_END = "<!-- claims:begin -->", "<!-- claims:end -->"
 RESULTS_BEGIN, RESULTS_END = "<!-- results:begin -->", "<!-- results:end -->"
-HYPOTHESIS_TEXT = {"better": "better than {b}", "worse": "worse than {b}", "equivalent": "within ±{m} of {b}",
+HYPOTHESIS_TEXT = {BETTER: "better than {b}", WORSE: "worse than {b}", EQUIVALENT: "within ±{m} of {b}",
                    "ordering": "in the stated order"}
-SENSITIVITY_TEXT = {"worse": "worse without warm-up by more than {m}", "better": "better without warm-up by more "
-                    "than {m}", "equivalent": "within ±{m} without warm-up"}
-DIFF_TEXT = {"worse": "needs warm-up more than {b}", "better": "needs warm-up less than {b}",
-             "equivalent": "warm-up sensitivity within ±{m} of {b}"}
+SENSITIVITY_TEXT = {WORSE: "worse without warm-up by more than {m}", BETTER: "better without warm-up by more "
+                    "than {m}", EQUIVALENT: "within ±{m} without warm-up"}
+DIFF_TEXT = {WORSE: "needs warm-up more than {b}", BETTER: "needs warm-up less than {b}",
+             EQUIVALENT: "warm-up sensitivity within ±{m} of {b}"}
 
 
 def _interval(low: float, high: float) -> str:
@@ -259,7 +259,7 @@ def claim_section(r: Result) -> list[str]:
               f"- qualifiers: {'; '.join(r.qualifiers) or 'none'}", ""]
     if not r.comparisons:
         return lines
-    equivalence = claim.hypothesis == "equivalent" or claim.statistic == "sensitivity"  # margins read
+    equivalence = claim.hypothesis == EQUIVALENT or claim.statistic == "sensitivity"  # margins read
     trend = claim.statistic == "trend"  # its p: the larger of the slope t-test's and the permutation test's
     head = ["comparison", "n", "Δ (95% CI)", "90% CI", "p (Holm, family)"]
     head += ["TOST p (Holm)", f"beyond ±{claim.margin:g} p (Holm)"] if equivalence else []

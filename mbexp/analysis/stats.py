@@ -11,7 +11,7 @@ from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestPower
 from statsmodels.stats.weightstats import DescrStatsW, ttost_ind
 
-from mbexp.declarations import MARKS  # noqa: F401 - the one vocabulary (declared there), re-exported
+from mbexp.declarations import BETTER, EQUIVALENT, UNRESOLVED, WORSE
 
 LEVEL = 0.95
 ALPHA = 0.05
@@ -97,10 +97,10 @@ def tost(interval: Interval, margin: float) -> float:
 def mark(delta: float, p_adjusted: float, tost_adjusted: float, alpha: float = ALPHA) -> str:
     """better / worse when the Holm-adjusted p < alpha, else equivalent when the adjusted TOST p < alpha."""
     if p_adjusted < alpha:
-        return "better" if delta < 0 else "worse"
+        return BETTER if delta < 0 else WORSE
     if tost_adjusted < alpha:
-        return "equivalent"
-    return "not resolved"
+        return EQUIVALENT
+    return UNRESOLVED
 
 
 def choose(val_means: dict) -> object:

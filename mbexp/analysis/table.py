@@ -12,11 +12,11 @@ import pandas as pd
 from mbexp.analysis import stats
 from mbexp.analysis.collect import AXES, collect_runs, order_key
 from mbexp.analysis.sizes import PER_RUNG, SIZE_KEYS, is_ladder
+from mbexp.declarations import BASELINE, DEFAULT_MARGIN
 from mbexp.io import FINISHED
 from mbexp.migrate import identity_values
 
 TUNE = "optim.lr"  # the tuned key by default, when a row has runs at several of its values
-MARGIN = 0.02  # nats: the equivalence margin of the TOST mark
 COLUMN_AXES = ("optim.warmup_steps", "train.steps", "optim.lr")  # a swept key outside the row identity, in priority
 SHORT = {"optim.warmup_steps": "wu", "train.steps": "steps", "optim.lr": "lr"}
 SENSITIVITY_AXES = ("optim.warmup_steps",)  # least setting minus the best: meaningful for warm-up
@@ -56,14 +56,14 @@ def setting(value) -> str:
     return format(value, "g") if isinstance(value, float) else str(value)
 
 
-def build_tables(results_dir, baselines: dict | None = None, *, tune: str = TUNE, margin: float = MARGIN,
+def build_tables(results_dir, baselines: dict | None = None, *, tune: str = TUNE, margin: float = DEFAULT_MARGIN,
                  strict: bool = False) -> dict[str, Table]:
     """Tables per experiment, straight from the run files."""
     return tables_for(collect_runs(results_dir, strict), baselines, tune=tune, margin=margin)
 
 
 def tables_for(runs: pd.DataFrame, baselines: dict | None = None, *, tune: str = TUNE,
-               margin: float = MARGIN) -> dict[str, Table]:
+               margin: float = DEFAULT_MARGIN) -> dict[str, Table]:
     """Tables per experiment with finished runs; `baselines` maps an experiment to its baseline row label."""
     baselines = baselines or {}
     finished = runs[runs["status"].isin(FINISHED)]
@@ -100,7 +100,8 @@ def _axes(ident: pd.DataFrame, swept: list[str], tune: str) -> tuple[str | None,
     return column_besides(None), None
 
 
-def summarize(runs: pd.DataFrame, baseline: str | None = None, *, tune: str = TUNE, margin: float = MARGIN) -> Table:
+def summarize(runs: pd.DataFrame, baseline: str | None = None, *, tune: str = TUNE,
+              margin: float = DEFAULT_MARGIN) -> Table:
     """One experiment's finished runs reduced to one row per variant, in registry order, with Δ vs the baseline."""
     runs = runs[runs["status"].isin(FINISHED)].copy()
     ident = pd.DataFrame([{k: _hashable(v) for k, v in identity_values(i).items()} for i in runs["identity"]],
@@ -256,8 +257,7 @@ def _row_stats(table: Table, runs: pd.DataFrame) -> dict:
 
 
 def _first(runs: pd.DataFrame, key: str) -> float:
-    values = runs[key].dropna()
-    return values.iloc[0] if len(values) else math.nan
+    return next(iter(runs[key].dropna()), math.nan)
 
 
 def _order(row: dict) -> tuple:
@@ -339,7 +339,7 @@ def _compare(table: Table, baseline: str | None) -> None:
     delta["p_holm"] = stats.holm(delta["p"])
     delta["tost_p_holm"] = stats.holm(delta["tost_p"])
     delta["mark"] = [stats.mark(d, p, t) for d, p, t in zip(delta["delta"], delta["p_holm"], delta["tost_p_holm"])]
-    delta.loc[is_base, "mark"] = "baseline"
+    delta.loc[is_base, "mark"] = BASELINE
     rows = pd.concat([rows.drop(columns="_losses"), delta], axis=1)
     rows["baseline"] = is_base
     if own.nunique() > 1:

@@ -11,6 +11,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from mbexp.analysis.stats import ALPHA, LEVEL, Interval, holm
+from mbexp.declarations import UNRESOLVED
 
 EXACT_LIMIT = 200_000  # permutations enumerated exactly up to this many, else drawn
 DRAWS = 20_000
@@ -63,7 +64,7 @@ def trend(deltas: dict, level: float = LEVEL, alpha: float = ALPHA) -> Trend:
     seeds = sorted(set.intersection(*(set(deltas[n].index) for n in sizes))) if sizes else []
     means = {n: float(deltas[n].mean()) for n in sizes}
     if len(sizes) < 3 or len(seeds) < 2:
-        return Trend(means, tuple(seeds), (), math.nan, math.nan, math.nan, math.nan, math.nan, "not resolved")
+        return Trend(means, tuple(seeds), (), math.nan, math.nan, math.nan, math.nan, math.nan, UNRESOLVED)
     x = np.log(np.asarray(sizes, float))
     y = np.array([[deltas[n][s] for n in sizes] for s in seeds], float)
     per_seed = _slopes(x, y)
@@ -80,7 +81,7 @@ def trend(deltas: dict, level: float = LEVEL, alpha: float = ALPHA) -> Trend:
 
 def reading(slope: float, resolved: bool) -> str:
     """How a trend of Δ over size reads: "shrinks" / "grows" by its slope's sign when resolved."""
-    return ("shrinks" if slope < 0 else "grows") if resolved else "not resolved"
+    return ("shrinks" if slope < 0 else "grows") if resolved else UNRESOLVED
 
 
 def holm_p(trends: list[Trend]) -> list[float]:

@@ -68,9 +68,9 @@ def outcome(claim: Claim, c: Comparison) -> str:
     claim of better/worse needs the sensitivity resolved beyond its margin, and is contradicted within it."""
     if math.isnan(c.interval.p) or math.isnan(c.interval.low):
         return UNTESTED
-    if claim.hypothesis == "equivalent":
+    if claim.hypothesis == EQUIVALENT:
         return SUPPORTS if c.mark == EQUIVALENT else CONTRADICTS if c.beyond_holm < stats.ALPHA else OPEN
-    want = WORSE if claim.hypothesis == "worse" else BETTER
+    want = WORSE if claim.hypothesis == WORSE else BETTER
     if claim.statistic == "sensitivity":
         if c.beyond_holm < stats.ALPHA:
             return SUPPORTS if (WORSE if c.interval.delta > 0 else BETTER) == want else CONTRADICTS
