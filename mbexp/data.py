@@ -22,7 +22,7 @@ from mbexp.corpus import SPLITS, CorpusError, documents, split_of
 from mbexp.io import atomic_write, file_lock, write_json
 
 EOT = "<|endoftext|>"
-CACHE_FORMAT = 2  # bump when the cache layout or the tokenization changes (2: a test split)
+CACHE_FORMAT = 2  # bump when the cache layout or the tokenization changes
 
 
 @dataclass

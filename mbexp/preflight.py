@@ -24,9 +24,8 @@ from mbexp.logger import WANDB_MODES, wandb_dir
 GROUPS = ("norm", "placement", "ffn", "hidden", "model", "data", "optim", "logger", "experiment", "arch")
 SKIP_FLAG = "--skip-impossible"  # run a sweep's possible combinations, skipping (and recording) the others
 SKIP_ENV = "MBEXP_SKIP_IMPOSSIBLE"  # set for the jobs of such a sweep
-# the most combinations of a sweep's values checked one by one before any job (each takes a few ms, a new
-# combination of config groups ~50 ms of composing); a larger product checks each value beside the other
-# lists' first values instead, and leaves a value that is bad only beside another list's value to its job
+# the most combinations of a sweep checked one by one before any job; past it, each value is checked beside the
+# other lists' first values, and a value bad only beside another list's value is left to its job
 MAX_COMBINATIONS = 512
 
 

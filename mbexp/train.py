@@ -212,9 +212,8 @@ def main() -> None:
         print(f"error: {write_error(exc) or exc}", file=sys.stderr)
         sys.exit(1)
     register()
-    # Hydra then raises a job's exception here instead of printing it and exiting 1 itself, so the
-    # exit code can say what failed (2: the input, 1: a run, 3: a run left to another process) whichever
-    # launcher ran the job
+    # Hydra raises a job's exception here rather than exiting 1 itself: the exit code then says what failed
+    # (2: the input, 1: a run, 3: a run left to another process) under any launcher
     os.environ["HYDRA_FULL_ERROR"] = "1"
     logging.raiseExceptions = False  # a log file on a full disk: no "--- Logging error ---" traceback per line
     moved = hydra_dirs(configs[0] if configs else None, sys.argv[1:])

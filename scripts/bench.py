@@ -46,9 +46,8 @@ from mbexp.io import write_json
 from mbexp.model import DecoderLM, param_counts
 from mbexp.trainer import resolve_device
 
-# This file is the CLI and the JSON it writes; the loops, the sections and the report are mbexp/bench/.
-# Per device type: steps of one throughput run; the timing window (the trainer's train.log_every);
-# steps per variant and round, and the window they are timed in; matmul sizes and matmuls per timing.
+# Per device type (the loops, sections and report are mbexp/bench/): throughput steps and timing window
+# (train.log_every); steps per variant and round, and their window; matmul sizes and matmuls per timing.
 DEFAULTS = {
     "cpu": dict(steps=40, window=5, variant_steps=6, variant_window=1, sizes=(512, 1024, 2048), inner=1),
     "cuda": dict(steps=200, window=20, variant_steps=50, variant_window=10, sizes=(2048, 4096, 8192), inner=10),

@@ -38,7 +38,7 @@ TABLE = (T + "test_table_rules.py", T + "test_table.py")
 CLAIMS = (T + "test_claim_rules.py", T + "test_claims.py")
 SCALING = (T + "test_scaling_rules.py", T + "test_scaling.py")
 MUTANTS = [
-    # the eleven: each was caught only by a golden test, by chance, or not at all
+    # rules a golden test alone would catch: each has a test of its own
     Mutant("force_ignored", "mbexp/run_state.py", "if force or not summary or", "if not summary or",
            (T + "test_resume.py::test_force_reruns_a_finished_run",)),
     Mutant("constant_lr", "mbexp/schedule.py",
