@@ -253,9 +253,8 @@ def test_gemma_preset_matches_gemma3forcausallm_global_layers():
     model = mbexp_model(*preset)
     state = gemma3_state(ref, 2)
     assert compare(ref, model, state, idx()) < TOL
-    # negative controls: the gains w copied as they are (not 1 + w); no sqrt(D) embedding scale; RoPE's base
-    # 10,000 (Gemma's local layers'); OLMo 2's output norms without the input norms (not Peri-LN); QK-norm
-    # over the whole projections instead of each head
+    # negative controls: gains w as they are (not 1 + w); no sqrt(D) embedding scale; RoPE base 10,000 (Gemma's
+    # local layers'); OLMo 2's output norms without input norms (not Peri-LN); QK-norm over whole projections
     assert compare(ref, model, gemma3_state(ref, 2, one_plus_gain=False), idx()) > 10 * TOL
     unscaled = mbexp_model(*preset, "model.emb_scale=false")
     assert compare(ref, unscaled, gemma3_state(ref, 2, emb_scale=False), idx()) > 10 * TOL

@@ -155,3 +155,15 @@ def test_modules_stay_short_and_long_ones_say_why():
     too_long = {p: n for p, n in sizes.items() if n > 350}
     unexplained = [p for p, n in sizes.items() if n > 300 and "Over 300 lines:" not in texts[p].split('"""')[1]]
     assert len(sizes) > 30 and not too_long and not unexplained, (too_long, unexplained)
+
+
+def test_comments_are_two_lines_at_most():
+    # docs/contributing.md: a comment says what and why in two lines; more belongs in a docstring or the docs
+    found = []
+    for path in (p for d in ("mbexp", "scripts", "tests") for p in (PACKAGE.parent / d).rglob("*.py")):
+        run = 0
+        for n, line in enumerate([*path.read_text(encoding="utf-8").splitlines(), ""], 1):
+            run = run + 1 if line.lstrip().startswith("#") else 0
+            if run == 3:
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{n - 2}")
+    assert not found, found

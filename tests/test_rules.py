@@ -86,9 +86,8 @@ def test_multirun_flag_moves_to_the_front(argv, expected):
     assert normalize_argv(argv) == expected
 
 
-# Golden config -> run-directory pairs. A change that renames a finished run makes a rerun of its sweep
-# train it again: update these only on purpose, and say so in the commit. The data.test_fraction=0 rows
-# are the directories of runs made before the test split existed; the others date from it.
+# Golden config -> run-directory pairs: a change that renames a finished run makes its sweep train it again,
+# so update these only on purpose, saying so in the commit (data.test_fraction=0: runs before the test split)
 GOLDEN_RUN_DIRS = [
     ([], "default/layer-pre-relu-matched-wu30-d18382fd/seed=0"),
     (["norm=rms", "ffn=swiglu", "seed=2"], "default/rms-pre-swiglu-matched-wu30-01c9939f/seed=2"),
