@@ -12,14 +12,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from mbexp import RERUN_ENV, Parser
+from mbexp import INTERRUPTED, RERUN_ENV, Parser
 from mbexp.claims_file import CLAIMS_FILE, ClaimsError, Study, identity_key, load_studies
 from mbexp.declarations import check as check_claims
 from mbexp.io import FINISHED, SummaryError, is_number, read_summary
 from mbexp.migrate import identity_values
 from mbexp.summary import lr_problem
-
-INTERRUPTED = 130  # mbexp.train's exit code after a Ctrl-C, which it reports itself
 
 
 class StudyError(ValueError):
@@ -205,7 +203,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     except KeyboardInterrupt:  # Ctrl-C between sweeps (a sweep interrupted says so itself, and exits 130)
         print(f"interrupted: rerun {rerun} to resume", file=sys.stderr)
-        sys.exit(130)
+        sys.exit(INTERRUPTED)
 
 
 if __name__ == "__main__":

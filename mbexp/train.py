@@ -141,7 +141,7 @@ def hydra_dirs(cfg: Config | None, args: list[str]) -> list[str]:
 def _interrupted() -> None:
     again = os.environ.get(mbexp.RERUN_ENV) or "the same command"
     print(f"interrupted: the runs' checkpoints are kept; rerun {again} to resume", file=sys.stderr)
-    sys.exit(130)
+    sys.exit(mbexp.INTERRUPTED)
 
 
 def _terminated(signum, frame):

@@ -11,7 +11,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from mbexp import Parser
+from mbexp import INTERRUPTED, Parser
 
 SKIPPED = 4  # tables written, but some file was left out (each named in a `warning:` line)
 
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted: tables and figures already written are whole (each is replaced in one step); "
               "rerun make table", file=sys.stderr)
-        return 130
+        return INTERRUPTED
     except OSError as err:  # results/ or wandb/ read-only or full, a file that cannot be read: one line
         from mbexp.io import write_error
 
