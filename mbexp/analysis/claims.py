@@ -144,7 +144,7 @@ def family(claim: Claim, table: Table, value, seeds=None) -> list[Comparison]:
         a, b = _sides(claim, table, pair, value, seeds)
         interval = stats.compare(a, b)
         deltas = stats.seed_deltas(a, b)
-        out.append(Comparison(pair[0], pair[1], interval, stats.compare(a, b, level=0.90), deltas,
+        out.append(Comparison(pair[0], pair[1], interval, stats.compare(a, b, level=stats.LEVEL90), deltas,
                               len(deltas) if interval.method == "paired" else min(len(a), len(b))))
     margins = claim.hypothesis == EQUIVALENT or claim.statistic == "sensitivity"
     p_holm = stats.holm([c.interval.p for c in out])

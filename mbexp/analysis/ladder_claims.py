@@ -101,5 +101,5 @@ def claim_trends(table, pairs, at: tuple, seeds=None) -> tuple[list, int, dict]:
     out = []
     for row, base in pairs:
         deltas = {n: d[d.index.isin(seeds)] if seeds else d for n, d in ladder_deltas(points, row, base, steps).items()}
-        out.append((trend(deltas), trend(deltas, level=0.90)))
+        out.append((trend(deltas), trend(deltas, level=stats.LEVEL90)))
     return out, steps, dict(zip(points["params_non_embedding"], points["size"]))

@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 
 from mbexp.analysis.powerlaw import fit, multiplier
+from mbexp.analysis.stats import LEVEL
 from mbexp.declarations import UNRESOLVED
 
 MIN_POINTS = 3  # per variant: two curve parameters each and the shared floor leave a residual from 3 points
 RESAMPLES = 200  # bootstrap refits
-LEVEL = 0.95
 RNG_SEED = 0  # a fixed bootstrap: the same runs give the same bytes
 
 

@@ -9,6 +9,7 @@ from mbexp.analysis import stats
 from mbexp.analysis.table import SENSITIVITY_AXES, Table, setting, short
 from mbexp.declarations import BASELINE, BETTER, EQUIVALENT, UNRESOLVED, WORSE
 
+CI = f"{stats.LEVEL:.0%}"  # an interval's coverage as its headers and captions say it
 MARK_TEXT = {BETTER: BETTER, WORSE: WORSE, EQUIVALENT: "equiv. ±{m}", UNRESOLVED: UNRESOLVED, BASELINE: BASELINE}
 TEX = {  # LaTeX for the special characters a table cell may hold
     **{c: "\\" + c for c in "&%$#_{}"},
@@ -58,7 +59,7 @@ def display(table: Table) -> pd.DataFrame:
         "FLOPs/token": rows["flops_per_token"].map(lambda f: fmt(f, ",.0f")),
         _early_header(rows): rows["early_log_ppl"].map(lambda x: fmt(x, ".3f")),
         f"final {table.split} log-ppl": [_final(row) for _, row in rows.iterrows()],
-        "Δ vs baseline (95% CI)": [_delta(row) for _, row in rows.iterrows()],
+        f"Δ vs baseline ({CI} CI)": [_delta(row) for _, row in rows.iterrows()],
         "p (Holm)": [fmt(p, ".3f") if not b else "" for p, b in zip(rows["p_holm"], rows["baseline"])],
         "mark": rows["mark"].map(lambda m: MARK_TEXT[m].format(m=f"{table.margin:g}")),
     }
@@ -66,7 +67,7 @@ def display(table: Table) -> pd.DataFrame:
         name = f"{short(table.column)}={setting(value)}"
         cols[name] = [_cell(x, n) for x, n in zip(rows[name], rows[f"{name} n"])]
     if "sensitivity" in rows:
-        cols["warm-up sens. (95% CI)"] = [_sensitivity(row) for _, row in rows.iterrows()]
+        cols[f"warm-up sens. ({CI} CI)"] = [_sensitivity(row) for _, row in rows.iterrows()]
     if rows["slow_start"].astype(bool).any():
         cols["slow start (seeds)"] = [s or "—" for s in rows["slow_start"]]
     if _same(rows["steps"]) is None:
@@ -127,11 +128,12 @@ def legend(table: Table) -> str:
     m, split = f"{table.margin:g}", table.split
     parts = [
         f"log-ppl: {split} loss in nats/token, mean ± sample std (n completed seeds).",
-        f"Δ: final log-ppl minus {_baseline_text(table)} (negative is better), with a 95% t-interval, "
+        f"Δ: final log-ppl minus {_baseline_text(table)} (negative is better), with a {CI} t-interval, "
         "paired by seed when ≥2 seeds are shared (same seed = same data order, and same-shaped models share their "
         "initialisation, so pairing removes that noise), Welch otherwise; the CSV has both.",
         f"p (Holm): two-sided t-test p of Δ = 0, Holm–Bonferroni adjusted over {_family(table)}.",
-        f"mark: better / worse when the adjusted p < 0.05; equiv. ±{m}: two one-sided tests (Holm-adjusted p < 0.05) "
+        f"mark: better / worse when the adjusted p < {stats.ALPHA:g}; equiv. ±{m}: two one-sided tests "
+        f"(Holm-adjusted p < {stats.ALPHA:g}) "
         f"put Δ within ±{m} nats; not resolved otherwise — an interval that contains 0 is not agreement.",
     ]
     if table.tuned:
@@ -144,7 +146,7 @@ def legend(table: Table) -> str:
                      + " (div.: every run diverged).")
     if table.column in SENSITIVITY_AXES and len(table.columns) > 1:
         parts.append("warm-up sens.: final log-ppl at the smallest warm-up minus at the warm-up best on validation, "
-                     "with a 95% interval over seeds (∞: it diverged).")
+                     f"with a {CI} interval over seeds (∞: it diverged).")
     if table.rows["slow_start"].astype(bool).any():
         parts.append(f"slow start: seeds whose early validation loss is more than {stats.SLOW_K:g} robust SDs "
                      f"(1.4826 × MAD) above the median of the row's other seeds (at least {stats.SLOW_MIN_OTHERS}); "

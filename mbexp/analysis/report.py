@@ -10,7 +10,7 @@ import pandas as pd
 from mbexp.analysis import example, stats
 from mbexp.analysis.claims import Comparison, Result, evaluate, load_claims, seed_range, short
 from mbexp.analysis.ladder_render import ladder_markdown, ladder_trends, lr_ladders_markdown, readme_ladder_lines
-from mbexp.analysis.render import fmt
+from mbexp.analysis.render import CI, fmt
 from mbexp.analysis.studies import annotate, cost_lines
 from mbexp.analysis.table import build_tables, setting
 from mbexp.declarations import BETTER, CONFIRMATORY, EQUIVALENT, EXPLORATORY, VERDICTS, WORSE
@@ -135,7 +135,8 @@ def standing_line(results: list[Result]) -> str:
 
 LEGEND = (
     "marks: better / worse / equiv. / not resolved on the planned seeds, Holm over the claim's own comparisons (its "
-    "family), alpha 0.05. verdict (planned seeds): agrees when every comparison supports the hypothesis; disagrees "
+    f"family), alpha {stats.ALPHA:g}. verdict (planned seeds): agrees when every comparison supports the hypothesis; "
+    "disagrees "
     "when any contradicts it (resolved the other way, or beyond the margin by the two-sided test for equivalence); "
     "a sensitivity claim of worse needs the sensitivity resolved beyond its margin; not tested without an interval; "
     "not tested as declared when a declared condition is unmet (planned runs missing or diverged, past max_epochs "
@@ -213,7 +214,7 @@ def results_page(results: list[Result], trends: list[dict] = (), costs: list[str
     if trends:
         out += ["## Size ladders", "",
                 "Compute multiplier m vs the baseline (> 1: the baseline needs m times the compute to match), with "
-                "its 95% bootstrap interval over seeds, at the smallest and the largest size of each ladder; its "
+                f"its {CI} bootstrap interval over seeds, at the smallest and the largest size of each ladder; its "
                 "trend along the ladder and the crossover, as the ladder's fit table computes them "
                 "([table.md](table.md#ladders)).", "", ladder_markdown(trends), ""]
         out += [f"- `{exp}`: [fit table](../results/tables/{exp}_fit.md), "
@@ -261,7 +262,7 @@ def claim_section(r: Result) -> list[str]:
         return lines
     equivalence = claim.hypothesis == EQUIVALENT or claim.statistic == "sensitivity"  # margins read
     trend = claim.statistic == "trend"  # its p: the larger of the slope t-test's and the permutation test's
-    head = ["comparison", "n", "Δ (95% CI)", "90% CI", "p (Holm, family)"]
+    head = ["comparison", "n", f"Δ ({CI} CI)", f"{stats.LEVEL90:.0%} CI", "p (Holm, family)"]
     head += ["TOST p (Holm)", f"beyond ±{claim.margin:g} p (Holm)"] if equivalence else []
     head += ["mark", "says", "seeds needed", "per-seed Δ"]
     lines += ["| " + " | ".join(head) + " |", "|" + "|".join([":---"] + ["---:"] * (len(head) - 1)) + "|"]
@@ -280,7 +281,7 @@ def claim_section(r: Result) -> list[str]:
                   "permutation test's, each Holm-adjusted over the family (the permutation p in brackets)."]
     if r.added:
         lines += ["", f"With {added_text(r).partition(':')[0]} (shown apart; the verdict reads the planned seeds):",
-                  "", "| comparison | n | Δ (95% CI) | p (Holm, family) | mark |", "|:---|---:|---:|---:|:---|"]
+                  "", f"| comparison | n | Δ ({CI} CI) | p (Holm, family) | mark |", "|:---|---:|---:|---:|:---|"]
         lines += [f"| {name(r, c)} | {c.n} | {fmt(c.interval.delta, '+.4f')} "
                   f"{_interval(c.interval.low, c.interval.high)} | {fmt(c.p_holm, '.3f')} | {c.mark} |"
                   for c in r.added]

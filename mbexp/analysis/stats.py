@@ -13,8 +13,9 @@ from statsmodels.stats.weightstats import DescrStatsW, ttost_ind
 
 from mbexp.declarations import BETTER, EQUIVALENT, UNRESOLVED, WORSE
 
-LEVEL = 0.95
-ALPHA = 0.05
+LEVEL = 0.95  # every interval's coverage
+ALPHA = 0.05  # every test's level: 1 - LEVEL
+LEVEL90 = 0.90  # the interval beside it: TOST at ALPHA finds equivalence when this one lies within ±m
 
 
 @dataclass(frozen=True)

@@ -316,7 +316,7 @@ def _compare(table: Table, baseline: str | None) -> None:
         base_losses = losses_of[table.baselines[label] or label]  # no baseline at its size: NaN below
         both = {"paired": stats.paired(losses, base_losses), "welch": stats.welch(losses, base_losses)}
         chosen = both["paired"] if both["paired"].method == "paired" else both["welch"]
-        narrow = stats.compare(losses, base_losses, level=0.90)
+        narrow = stats.compare(losses, base_losses, level=stats.LEVEL90)
         per_seed = stats.seed_deltas(losses, base_losses)
         table.seed_deltas[label] = per_seed
         found.append({
