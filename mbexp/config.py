@@ -4,6 +4,7 @@ Over 300 lines: the schemas are one dataclass per config group, each field with 
 import difflib
 import functools
 import re
+import shlex
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -272,22 +273,37 @@ def _unparsable(overrides: list[str]) -> str | None:
     return None
 
 
+def hydra_override(key: str, value: str) -> str:
+    """`key=value` that Hydra reads back as the text `value` whole: quoted, and escaped for Hydra and OmegaConf,
+    unless plain (a comma would make it a sweep, `${` an interpolation, a space or `ü` a parse error)."""
+    if re.fullmatch(r"[\w./:+@%-]*", value, re.ASCII):
+        return f"{key}={value}"
+    value = re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", value)  # OmegaConf: a literal ${
+    value = re.sub(r'(\\*)(?="|$)', lambda m: m.group(1) * 2, value).replace('"', '\\"')  # Hydra's quoted string
+    return f'{key}="{value}"'
+
+
 def parse_hint(override: str) -> str:
-    """The error for an override Hydra cannot parse: the key, the value and the spelling that works."""
+    """The error for an override Hydra cannot parse: the key, the value and the spelling that works, quoted for a
+    shell as it is to be typed."""
     key, _, value = override.partition("=")
-    why = "spaces, brackets or non-ASCII characters in a value need quotes"
-    fix = f"\"{key}='{value}'\""
+    why, fix, note = "spaces, brackets or non-ASCII characters in a value need quotes", hydra_override(key, value), ""
+    items = value.split(",")
     if value.startswith("="):
         why, fix = "one '=' between key and value", f"{key}={value.lstrip('=')}"
     elif "${" in value and "}" not in value.partition("${")[2]:
-        escaped = value.replace("${", "\\${")
-        why, fix = "'${' opens an interpolation that is never closed", f"\"{key}='{escaped}'\" (a literal '${{')"
-    else:
+        why, note = "'${' opens an interpolation that is never closed", " (a literal '${')"
+    elif len(items) > 1 and not all(items) and any(items) and not re.search(r"[\[\]{}()'\"]", value):
+        why, fix = "an empty item between commas", f"{key}={','.join(i for i in items if i)}"
+    elif re.fullmatch(r"(choice|range|glob)\(\s*\)", value):
+        why, fix = f"{value} lists no values", f"{key}={value[:-1]}A,B)"
+    else:  # a list, a dict or a sweep function left open; in other text a bracket is quoted
         for opening, closing in ("[]", "{}", "()"):
-            if value.count(opening) > value.count(closing):
+            if re.match(rf"(\w+\()?\{opening}" if opening != "(" else r"\w+\(", value) and \
+                    value.count(opening) > value.count(closing):
                 missing = closing * (value.count(opening) - value.count(closing))
                 why, fix = f"an unclosed '{opening}'", f"{key}={value}{missing}"
-    return f"cannot parse the override {override!r} (key {key}: {why}): write it as {fix}"
+    return f"cannot parse the override {override!r} (key {key}: {why}): write it as {shlex.quote(fix)}{note}"
 
 
 def _one_line(exc: Exception) -> str:

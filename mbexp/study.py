@@ -14,6 +14,7 @@ from pathlib import Path
 
 from mbexp import INTERRUPTED, RERUN_ENV, Parser
 from mbexp.claims_file import CLAIMS_FILE, ClaimsError, Study, identity_key, load_studies
+from mbexp.config import hydra_override
 from mbexp.declarations import check as check_claims
 from mbexp.io import FINISHED, SummaryError, is_number, read_summary
 from mbexp.migrate import identity_values
@@ -48,7 +49,7 @@ def _sweep(study: Study, name: str, seeds, lrs, rows: list[str], jobs: int, resu
     argv = [sys.executable, "-m", "mbexp.train", "-m", f"+experiment={study.experiment}", f"name={name}", *rows,
             "optim.schedule=wsd", f"train.budgets=[{budgets}]", f"train.steps={study.budgets[-1]}",
             f"optim.lr={','.join(_lr(v) for v in lrs)}", f"seed={','.join(str(s) for s in seeds)}",
-            f"results_dir={results_dir}", *study.overrides]
+            hydra_override("results_dir", str(results_dir)), *study.overrides]
     if jobs > 1:
         argv += ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={jobs}"]
     return argv

@@ -66,8 +66,10 @@ def resume_command(command: str | None, results: Path) -> str:
     """A run's recorded command, pointed at the results folder it now lies in (a copied folder resumes the copy)."""
     if not command:
         return "rerun the command that started it"
+    from mbexp.config import hydra_override
+
     args = shlex.split(command)
-    here = f"results_dir={results}"
+    here = hydra_override("results_dir", str(results))
     given = [re.match(r"\+?results_dir=", a) is not None for a in args]
     moved = [here if g else a for a, g in zip(args, given)]
     if not any(given) and results != Path("results"):  # the command relied on the default results_dir
@@ -75,15 +77,22 @@ def resume_command(command: str | None, results: Path) -> str:
     return shlex.join(moved)
 
 
-def unfinished_line(runs, results: Path) -> str:
-    """The error for results holding only unfinished runs: each, and the command that resumes it."""
-    from mbexp.io import read_summary
+def unfinished(runs, results: Path) -> list[str]:
+    """Each run that did not finish (running, interrupted, failed), with where it stopped and the command that
+    resumes it."""
+    from mbexp.io import FINISHED, read_summary
 
     named = []
-    for run in runs.itertuples():
+    for run in runs[~runs["status"].isin(FINISHED)].itertuples():
         command = resume_command((read_summary(run.path) or {}).get("command"), results)
         steps = f" of {int(run.steps)}" if run.steps == run.steps else ""  # NaN: a summary older than `steps`
         named.append(f"{run.path} ({run.status} at step {int(run.step)}{steps}): {command}")
+    return named
+
+
+def unfinished_line(runs, results: Path) -> str:
+    """The error for results holding only unfinished runs: each, and the command that resumes it."""
+    named = unfinished(runs, results)
     return (f"no finished runs under {results / 'runs'}; {len(named)} left unfinished, each resumed by its "
             f"command: {'; '.join(named)}")
 
@@ -204,6 +213,10 @@ def _tables(args) -> int:
         run_dir = log_tables(tables, written, wandb_dir=args.wandb_dir,
                              claims=report.claims_display(verdicts) if verdicts else None)
         print(f"W&B run of job type `table`: {run_dir}")
+    if left := unfinished(runs, args.results):  # not a damaged file: a run to resume, or one still training
+        more = f"; and {len(left) - 6} more" if len(left) > 6 else ""
+        print(f"note: {len(left)} run(s) unfinished, not in the tables; each resumes with its command: "
+              f"{'; '.join(left[:6])}{more}", file=sys.stderr)
     if skipped.count:
         print(f"warning: {skipped.count} run file(s) left out or counted as diverged (each named above); the "
               "tables hold the other runs", file=sys.stderr)

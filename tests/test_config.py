@@ -174,3 +174,33 @@ def test_a_command_line_group_sweep_keeps_the_experiment_files_grid_in_the_check
     assert total == 288 and len(failures) == 144 and len(configs) == 1 + 144  # the base config, then each
     assert {dict(o.partition("=")[::2] for o in combination)["model"] for combination, _ in failures} == {
         "ladder96", "ladder160"}
+
+
+@pytest.mark.parametrize(("typed", "key", "value"), [
+    ("name=${oops", "name", "${oops"), ("name=ü", "name", "ü"), ("results_dir=/tmp/a b[", "results_dir", "/tmp/a b["),
+    ("optim.betas=[0.9,0.95", "optim.betas", [0.9, 0.95]), ("optim.lr==3", "optim.lr", 3.0),
+    ("seed=0,,1", "seed", None), ("seed=choice()", "seed", None),
+])
+def test_the_spelling_a_parse_error_suggests_works_when_pasted_into_a_shell(typed, key, value):
+    import subprocess
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from mbexp.config import parse_hint
+
+    fix = parse_hint(typed).split(": write it as ", 1)[1].removesuffix(" (a literal '${')")
+    argv = subprocess.run(["bash", "-c", f"printf '%s\\0' {fix}"], capture_output=True, text=True,
+                          check=True).stdout.split("\0")[:-1]
+    assert len(argv) == 1 and OverridesParser.create().parse_overrides(argv)  # one override Hydra reads
+    if value is not None:  # a sweep's fix (seed=0,1) is checked by the parser alone
+        found = compose_config(argv)
+        assert found[key.split(".")[0]][key.split(".")[1]] == value if "." in key else found[key] == value
+
+
+@pytest.mark.parametrize("value", ["/tmp/s8,x", "/tmp/s6 x", "/tmp/a'b", '/tmp/a"b', "/tmp/${x}", "/tmp/${x",
+                                   "/tmp/[a]", "/tmp/a\\b", "/tmp/a\\", "/tmp/ü", "a=b", "/tmp/a\\${x}", "plain", "~/r",
+                                   "$x"])
+def test_an_override_built_for_any_text_reads_back_as_that_text(value):
+    from mbexp.config import hydra_override
+
+    assert compose_config([hydra_override("results_dir", value)]).results_dir == value

@@ -424,7 +424,7 @@ PREFLIGHT = [
     ("no =", ["optim.lr"], {}, "the override 'optim.lr' has no value: write optim.lr=VALUE"),
     ("open interpolation", ["name=${oops"], {}, "(key name: '${' opens an interpolation that is never closed)"),
     ("open bracket", ["optim.betas=[0.9,0.95"], {}, "(key optim.betas: an unclosed '['): write it as "
-                                                     "optim.betas=[0.9,0.95]"),
+                                                     "'optim.betas=[0.9,0.95]'"),
     ("symlink loop", symlink_loop, {}, "loop is a symlink loop"),
     ("/dev/null", ["data=text", "data.path=/dev/null"], {}, "data.path=/dev/null is not a regular file or folder"),
     ("n_jobs 0", ["-m", "seed=0,1", "hydra/launcher=joblib", "hydra.launcher.n_jobs=0"], {},

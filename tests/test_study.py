@@ -314,3 +314,10 @@ def test_a_row_key_naming_a_config_group_is_read_by_its_name():
                         "claims file x")
     assert study_cli.row_of(found, {"data.name": "text", "ffn.name": "relu", "model.d_model": 32}) == (
         "text", "relu", "32")
+
+
+def test_a_results_folder_hydra_would_read_as_a_sweep_is_quoted_in_every_command():
+    found = parse_study("tiny", TINY, "claims file x")
+    scan = study_cli.scan_command(found, results_dir="/tmp/a,b")
+    assert 'results_dir="/tmp/a,b"' in scan and not any(a.startswith("results_dir=/") for a in scan)
+    assert study_cli.scan_command(found, results_dir="results")[-len(TINY["overrides"]) - 1] == "results_dir=results"

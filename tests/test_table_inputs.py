@@ -222,3 +222,19 @@ def test_report_that_cannot_write_is_one_line_and_leaves_the_text_whole(tmp_path
     assert done.stderr.startswith(f"error: cannot write {tmp_path / 'README.md'}: File too large (EFBIG); make it")
     assert {name: (tmp_path / name).read_text() for name in texts} == texts  # whole: the old text, no temporary
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["claims.yaml", "runs", *texts])
+
+
+def test_an_unfinished_run_beside_finished_ones_is_named_with_its_command(wsd_results, tmp_path):
+    # a results folder whose name Hydra would read as a sweep: the command must quote it
+    (tmp_path / "a,b").mkdir()
+    results = copied(wsd_results, tmp_path / "a,b")
+    run = run_dirs(results)[0]
+    summary = json.loads((run / "summary.json").read_text())
+    summary["status"], summary["step"] = "interrupted", 5
+    (run / "summary.json").write_text(json.dumps(summary))
+    done = make_table(results)
+    assert done.returncode == 0 and not flagged(done.stderr), done.stderr[-2000:]
+    (note,) = [line for line in done.stderr.splitlines() if line.startswith("note:")]
+    assert note.startswith(f"note: 1 run(s) unfinished, not in the tables; each resumes with its command: {run} "
+                           "(interrupted at step 5 of 10): python -m mbexp.train ")
+    assert f"""'results_dir="{results}"'""" in note and "## wsd" in done.stdout
