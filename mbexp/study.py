@@ -141,15 +141,23 @@ def choose(study: Study, results_dir) -> dict:
 
 
 def _run(argv: list[str], rerun: str) -> None:
-    """One sweep, waited for through a Ctrl-C: the terminal sends the sweep the same SIGINT, and it stops its runs
-    at a checkpoint and says so (exit 130); killing it, as subprocess.call would, could lose their last steps."""
+    """One sweep, waited for through a Ctrl-C (the terminal sends the sweep the same SIGINT) or a SIGTERM (passed
+    on to it): it stops its runs at a checkpoint and says so (exit 130); killed, it could lose their last steps."""
     print("$", shlex.join(["python", *argv[1:]]), flush=True)
     interrupted = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
+    sweep = subprocess.Popen(argv, env=os.environ | {RERUN_ENV: rerun})  # its Ctrl-C line names the study
+
+    def stop(signum, frame):
+        interrupted.append(signum)
+        if signum == signal.SIGTERM:
+            sweep.send_signal(signum)
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        code = subprocess.call(argv, env=os.environ | {RERUN_ENV: rerun})  # its Ctrl-C line names the study
+        code = sweep.wait()
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
     if interrupted and code != INTERRUPTED:
         raise KeyboardInterrupt
     if code:

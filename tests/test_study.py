@@ -155,7 +155,7 @@ def test_the_study_command_refuses_before_any_run_in_one_line(tmp_path, monkeypa
     text = STUDY.format(cache=tmp_path)
     (tmp_path / "claims.yaml").write_text(text.replace("at: {train.steps: 16}", "at: {train.steps: 999}")
                                           if not args else text)
-    monkeypatch.setattr(study_cli.subprocess, "call", lambda argv: pytest.fail(f"a sweep started: {argv}"))
+    monkeypatch.setattr(study_cli.subprocess, "Popen", lambda argv, **k: pytest.fail(f"a sweep started: {argv}"))
     with pytest.raises(SystemExit) as stop:
         study_cli.main(["tiny", "--results", str(tmp_path), *args])
     err = capsys.readouterr().err
@@ -169,7 +169,7 @@ def test_ctrl_c_between_sweeps_is_one_line_with_the_command_as_typed(tmp_path, m
     def interrupted(argv, **kwargs):
         raise KeyboardInterrupt  # Ctrl-C reaches the study outside a sweep
 
-    monkeypatch.setattr(study_cli.subprocess, "call", interrupted)
+    monkeypatch.setattr(study_cli.subprocess, "Popen", interrupted)
     with pytest.raises(SystemExit) as stop:
         study_cli.main(["tiny", "--results", str(tmp_path), "--jobs", "2"])
     assert stop.value.code == 130
@@ -197,6 +197,27 @@ def test_ctrl_c_during_a_sweep_waits_for_its_checkpoint_and_is_one_line(tmp_path
     assert [line for line in capfd.readouterr().err.splitlines() if line.startswith("interrupted")] == [
         f"interrupted: the runs' checkpoints are kept; rerun python -m mbexp.study tiny --results {tmp_path} to "
         "resume"]
+
+
+TERMINATED = """\
+import os, pathlib, signal, sys, time
+def stop(signum, frame):  # the sweep's own SIGTERM: checkpoint, then exit 130
+    pathlib.Path(sys.argv[1]).write_text("kept")
+    sys.exit(130)
+signal.signal(signal.SIGTERM, stop)
+os.kill(os.getppid(), signal.SIGTERM)  # a kill reaches the study alone
+time.sleep(60)
+sys.exit(1)
+"""
+
+
+def test_a_sigterm_to_the_study_is_passed_to_its_sweep_and_waited_for(tmp_path, monkeypatch):
+    (tmp_path / "claims.yaml").write_text(STUDY.format(cache=tmp_path))
+    kept = tmp_path / "kept"
+    monkeypatch.setattr(study_cli, "scan_command", lambda *a, **k: [sys.executable, "-c", TERMINATED, str(kept)])
+    with pytest.raises(SystemExit) as stop:
+        study_cli.main(["tiny", "--results", str(tmp_path)])
+    assert stop.value.code == 130 and kept.read_text() == "kept"  # no orphan left training
 
 
 def test_a_sweep_run_for_a_study_names_the_study_command_on_ctrl_c(monkeypatch, capsys):
