@@ -142,6 +142,8 @@ def _check_data(cfg) -> None:
                           f"(data.val_fraction + data.test_fraction < 1)")
     if d.name == "text" and not d.path:
         raise ConfigError("data=text needs data.path=<file, folder or glob>")
+    if d.name != "text" and d.path:  # it would be ignored, yet hashed: a second run of the same corpus
+        raise ConfigError(f"data.path={d.path} applies only to data=text; with data={d.name} leave it out")
 
 
 def _check_optim(cfg) -> None:

@@ -427,6 +427,8 @@ PREFLIGHT = [
                                                      "'optim.betas=[0.9,0.95]'"),
     ("symlink loop", symlink_loop, {}, "loop is a symlink loop"),
     ("/dev/null", ["data=text", "data.path=/dev/null"], {}, "data.path=/dev/null is not a regular file or folder"),
+    ("data.path beside bigtxt", ["data.path=README.md"], {}, "data.path=README.md applies only to data=text; with "
+                                                           "data=bigtxt leave it out"),
     ("n_jobs 0", ["-m", "seed=0,1", "hydra/launcher=joblib", "hydra.launcher.n_jobs=0"], {},
      "hydra.launcher.n_jobs=0 is not valid; give a positive number of jobs"),
     ("torchrun batch", ["train.batch_size=3"], {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"},
