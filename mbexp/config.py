@@ -209,8 +209,14 @@ def _keys(node, prefix: str = "") -> list[str]:
 
 
 def unknown_key(key: str) -> str:
-    """The error for a key the schema does not have, with the closest keys that it has."""
-    close = difflib.get_close_matches(key, SCHEMA_KEYS, n=3, cutoff=0.6)
+    """The error for a key the schema does not have, with the closest keys or config groups that it has (a group
+    only the command line adds, as +experiment)."""
+    groups = [f"+{p.name}" if p.name in ("experiment", "arch") else p.name for p in sorted(CONF_DIR.iterdir())
+              if p.is_dir() and p.name != "hydra"]
+    names = {g.lstrip("+"): g for g in groups} | {k: k for k in SCHEMA_KEYS}
+    close = [names[k] for k in difflib.get_close_matches(key, names, n=3, cutoff=0.6)]
+    close = close or [g for g in groups if key.startswith(g.lstrip("+"))]  # ffn_typo: ffn
+    close = close or [k for k in SCHEMA_KEYS if k.rpartition(".")[2] == key.rpartition(".")[2]]  # lr: optim.lr
     group = key.rpartition(".")[0]
     close = close or sorted(k for k in SCHEMA_KEYS if k.rpartition(".")[0] == group)
     return f"{key} is not a config key" + (f"; the closest: {', '.join(close)}" if close else "")

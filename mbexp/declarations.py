@@ -201,7 +201,7 @@ def check_consistent(claims: list[Claim], where: str) -> None:
 def check(results_dir) -> None:
     """Refuse a broken claims file before any job (ClaimsError); a results folder without one is fine."""
     path = Path(results_dir, CLAIMS_FILE)
-    if path.is_file():
+    if path.exists() or path.is_symlink():  # a folder, a FIFO or a broken link there is refused, not passed over
         load_claims(path)
 
 
@@ -209,7 +209,7 @@ def covering(results_dir, experiment: str) -> dict[str, str]:
     """claim id -> digest for the declared claims of `experiment`: what a run records at launch. A missing file
     gives {}; a broken one (refused before any job by `python -m mbexp.train`) a warning and {}."""
     path = Path(results_dir, CLAIMS_FILE)
-    if not path.is_file():
+    if not (path.exists() or path.is_symlink()):
         return {}
     try:
         claims = load_claims(path)

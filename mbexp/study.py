@@ -36,6 +36,9 @@ class Choice:
 
 def load_study(results_dir, name: str) -> Study:
     """The study `name` declared in <results_dir>/claims.yaml."""
+    if not Path(results_dir, CLAIMS_FILE).exists():
+        raise StudyError(f"{Path(results_dir) / CLAIMS_FILE} does not exist: a study is declared under `studies:` "
+                         "there (docs/studies.md); give --results the folder that holds it")
     studies = load_studies(results_dir)
     if name not in studies:
         raise StudyError(f"{Path(results_dir) / CLAIMS_FILE} declares no study {name!r}; declared: "
@@ -193,7 +196,14 @@ def main(argv: list[str] | None = None) -> None:
         # a study reusing another's scan runs that scan's own command: its finished runs are skipped
         scan = scan_command(load_study(args.results, study.scan_of) if study.scan_of else study, jobs=args.jobs,
                             results_dir=args.results)
-        if args.dry_run:
+        if args.dry_run:  # the scan's pre-flight, as mbexp.train runs it: every row, LR and seed checked
+            from mbexp.config import ConfigError
+            from mbexp.train import normalize_argv, preflight
+
+            try:
+                preflight(normalize_argv(scan[2:])[1:], skip=False)
+            except ConfigError as exc:
+                raise StudyError(f"the scan cannot run: {exc}") from None
             print(shlex.join(["python", *scan[1:]]))
             print("then, per row, its planned seeds at the LR the scan chose")
             return

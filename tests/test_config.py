@@ -204,3 +204,13 @@ def test_an_override_built_for_any_text_reads_back_as_that_text(value):
     from mbexp.config import hydra_override
 
     assert compose_config([hydra_override("results_dir", value)]).results_dir == value
+
+
+@pytest.mark.parametrize(("key", "closest"), [
+    ("nrom", "norm"), ("ffn_typo", "ffn"), ("expriment", "+experiment"), ("lr", "optim.lr"),
+    ("norm.epsilon", "norm.eps"), ("model.dmodel", "model.d_model, model.name, model.pos"),
+])
+def test_an_unknown_key_names_the_closest_keys_and_groups(key, closest):
+    with pytest.raises(ConfigError) as err:
+        to_object(compose_config([f"+{key}=1"]))
+    assert str(err.value) == f"{key} is not a config key; the closest: {closest}"

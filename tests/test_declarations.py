@@ -178,3 +178,10 @@ def test_the_documented_claims_file_is_one_the_loader_accepts():
     claim, = declarations.load_claims_text(text)
     assert claim.id == "shazeer-gelu-swish-2000" and claim.study == "ffn-grid" and claim.protocol["rows"] == {
         "ffn": ["relu", "gelu", "swish"]}
+
+
+def test_a_claims_file_that_is_a_folder_stops_a_run_before_any_job(tmp_path):
+    (tmp_path / "claims.yaml").mkdir()
+    with pytest.raises(declarations.ClaimsError, match="claims.yaml: Is a directory"):
+        declarations.check(tmp_path)
+    declarations.check(tmp_path / "elsewhere")  # no claims file: nothing to check

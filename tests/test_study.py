@@ -129,7 +129,8 @@ TINY = yaml.safe_load(STUDY.format(cache="c"))["studies"]["tiny"]
     ({"rows": {"arch": ["llama"]}}, "rows key 'arch' is not recorded in a run's identity, so the study could not tell"),
     ({"rows": {"logger": ["none"]}}, "rows key 'logger' is not recorded in a run's identity"),
     ({"rows": {"train.progress": ["bar"]}}, "rows key 'train.progress' is not recorded in a run's identity"),
-    ({"rows": {"model.d_modl": [32]}}, "rows key 'model.d_modl' is not recorded in a run's identity"),
+    ({"rows": {"model.d_modl": [32]}}, "rows key 'model.d_modl' is not recorded in a run's identity (model.d_modl is "
+                                       "not a config key; the closest: model.d_model, model.pos, model.seq_len), so"),
 ])
 def test_a_study_refuses_a_bad_protocol_in_one_line(change, message):
     with pytest.raises(ClaimsError) as err:
@@ -342,3 +343,25 @@ def test_a_results_folder_hydra_would_read_as_a_sweep_is_quoted_in_every_command
     scan = study_cli.scan_command(found, results_dir="/tmp/a,b")
     assert 'results_dir="/tmp/a,b"' in scan and not any(a.startswith("results_dir=/") for a in scan)
     assert study_cli.scan_command(found, results_dir="results")[-len(TINY["overrides"]) - 1] == "results_dir=results"
+
+
+def test_a_dry_run_checks_the_scan_as_mbexp_train_would_and_runs_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(study_cli.subprocess, "Popen", lambda argv, **k: pytest.fail(f"a sweep started: {argv}"))
+    (tmp_path / "claims.yaml").write_text(STUDY.format(cache=tmp_path))
+    study_cli.main(["tiny", "--results", str(tmp_path), "--dry-run"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].startswith("python -m mbexp.train -m +experiment=smoke name=smoke_scan ffn=relu,swiglu ")
+    (tmp_path / "claims.yaml").write_text(STUDY.format(cache=tmp_path).replace("[relu, swiglu]", "[relu, reluu]"))
+    with pytest.raises(SystemExit) as stop:
+        study_cli.main(["tiny", "--results", str(tmp_path), "--dry-run"])
+    assert stop.value.code == 2 and capsys.readouterr().err.splitlines() == [
+        "error: the scan cannot run: ffn='reluu' is not valid; choose one of: bilinear, geglu, gelu, glu, reglu, relu, "
+        "swiglu, swish"]
+
+
+def test_a_results_folder_without_a_claims_file_is_named(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        study_cli.main(["tiny", "--results", str(tmp_path / "nowhere")])
+    assert stop.value.code == 2 and capsys.readouterr().err.splitlines() == [
+        f"error: {tmp_path / 'nowhere' / 'claims.yaml'} does not exist: a study is declared under `studies:` there "
+        "(docs/studies.md); give --results the folder that holds it"]
