@@ -19,6 +19,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from tqdm.auto import tqdm
 
 from mbexp.corpus import SPLITS, CorpusError, documents, split_of
+from mbexp.corpus_check import tokens_needed, too_few_documents
 from mbexp.io import atomic_write, file_lock, write_json
 
 EOT = "<|endoftext|>"
@@ -186,11 +187,7 @@ def prepare(data_cfg, *, seq_len: int) -> TokenData:
     key = cache_key(counted(), vocab_size=data_cfg.vocab_size, min_frequency=data_cfg.min_frequency,
                     val_fraction=data_cfg.val_fraction, test_fraction=data_cfg.test_fraction)
     if not counts["train"] or not counts["val"] or (data_cfg.test_fraction and not counts["test"]):
-        raise CorpusError(
-            f"data={data_cfg.name}: {sum(counts.values())} documents are too few for "
-            f"data.val_fraction={data_cfg.val_fraction} and data.test_fraction={data_cfg.test_fraction} ("
-            + " / ".join(f"{counts[s]} {s}" for s in SPLITS) + " documents); add text or change the fractions"
-        )
+        raise CorpusError(too_few_documents(data_cfg.name, counts, data_cfg.val_fraction, data_cfg.test_fraction))
     path = Path(data_cfg.cache_dir) / f"{data_cfg.name}-{key}"
     data = load_cache(path)
     if data is None:
@@ -202,10 +199,10 @@ def prepare(data_cfg, *, seq_len: int) -> TokenData:
     for split, arr in (("train", data.train), ("validation", data.val), ("test", data.test)):
         if split == "test" and not data_cfg.test_fraction:
             continue
-        if arr.size < seq_len + 2:
+        if arr.size < tokens_needed(seq_len):
             raise CorpusError(
                 f"data={data_cfg.name}: the {split} split has {arr.size} tokens, too few for "
-                f"model.seq_len={seq_len} (needs at least {seq_len + 2}); add text or shorten model.seq_len"
+                f"model.seq_len={seq_len} (needs at least {tokens_needed(seq_len)}); add text or shorten model.seq_len"
             )
     return data
 
@@ -252,7 +249,7 @@ class Batches:
 
     def _eval_starts(self, size: int, n_windows: int) -> np.ndarray:
         """Up to n_windows starts evenly spread over a split: identical for every seed (none if it is empty)."""
-        if size < self.seq_len + 2:
+        if size < tokens_needed(self.seq_len):
             return np.zeros(0, dtype=np.int64)
         n = min(n_windows, (size - 1) // self.seq_len)
         stride = (size - 1 - self.seq_len) // max(n - 1, 1)

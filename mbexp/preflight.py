@@ -1,6 +1,6 @@
 """The checks `python -m mbexp.train` makes before Hydra starts any job: every override, every combination of the
-sweep Hydra will run (the experiment file's `hydra.sweeper.params` included), the environment and the launcher.
-Over 300 lines: every check shares one reading of the command line (its sweeps, as Hydra's parser expands them)."""
+sweep Hydra will run (the experiment file's `hydra.sweeper.params` included), the environment and the launcher;
+every check shares one reading of the command line (its sweeps, as Hydra's parser expands them)."""
 
 import difflib
 import functools
@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from mbexp.config import CONF_DIR, Config, ConfigError, compose_config, to_object
-from mbexp.corpus import SPLITS, bigtxt_path, documents, split_of, text_files
+from mbexp.corpus_check import corpus_problem
 from mbexp.logger import WANDB_MODES, wandb_dir
 
 GROUPS = ("norm", "placement", "ffn", "hidden", "model", "data", "optim", "logger", "experiment", "arch")
@@ -44,6 +44,14 @@ def check_flags(args: list[str]) -> None:
         hint = f" (did you mean {close[0]}?)" if close else ""
         raise ConfigError(f"unknown flag {flag}{hint}; python -m mbexp.train takes -m/--multirun, {SKIP_FLAG} and "
                           f"Hydra's flags: {', '.join(long)}")
+    if not {"-h", "--help", "--hydra-help", "--version"} & set(args):  # those print and exit in Hydra's argparse
+        parser = get_args_parser()
+
+        def refuse(message: str):  # a flag's value (--cfg without one, --multirun=true): argparse's usage block
+            raise ConfigError(f"{message}; see python -m mbexp.train --help")
+
+        parser.error = refuse
+        parser.parse_args(args)
 
 
 def check_group_choices(args: list[str]) -> None:
@@ -111,7 +119,7 @@ def sweep_values(override: str) -> list[str] | None:
     if isinstance(parsed.value(), Glob):
         group = CONF_DIR / parsed.key_or_group
         return parsed.value().filter(sorted(p.stem for p in group.glob("*.yaml"))) if group.is_dir() else None
-    return list(dict.fromkeys(parsed.sweep_string_iterator()))
+    return list(parsed.sweep_string_iterator())
 
 
 def _file_params(single: list[str]) -> list[str]:
@@ -145,6 +153,13 @@ def check_config(args: list[str]) -> tuple[list[Config], list[tuple[list[str], s
     if any(a.startswith("-") and a != "--multirun" for a in args):
         return [], [], 0  # Hydra's own flags (--cfg, --info, ...): leave the command to Hydra
     single, lists = sweep_of(args)
+    for key, values in lists.items():  # Hydra would launch no job, or one job twice (racing itself for its run)
+        if not values:
+            raise ConfigError(f"the sweep of {key} holds no values (an empty range(), a glob() matching no option); "
+                              "give it at least one")
+        if twice := next((v for v in values if values.count(v) > 1), None):
+            raise ConfigError(f"the sweep of {key} lists {twice} twice ({key}={','.join(values)}): each value would "
+                              "run twice; list each value once")
     given = {a.partition("=")[0].lstrip("+~") for a in [*single, *lists]}
     try:
         base = _possible(to_object(compose_config(single)), given)
@@ -177,65 +192,9 @@ def _possible(cfg: Config, given: set[str]) -> Config:
         raise ConfigError(f"train.steps={cfg.train.steps} is not used with train.budgets={list(budgets)}: each budget "
                           f"is the train.steps of its own run; leave train.steps out, or give the largest budget "
                           f"({max(budgets)})")
-    if problem := _corpus_problem(cfg):
+    if problem := corpus_problem(cfg.data, cfg.model.seq_len):
         raise ConfigError(problem)
     return cfg
-
-
-def _corpus_problem(cfg: Config) -> str | None:
-    """What data.prepare would refuse, where the corpus is cheap to read before any job: a split with no document,
-    or one too short for model.seq_len (a split holds at most one token per byte, plus one per document). Read
-    only when data.max_docs is set or the smallest split's share of the corpus's size is near that length."""
-    d, need = cfg.data, cfg.model.seq_len + 2
-    if d.name not in ("bigtxt", "text"):
-        return None  # a hub corpus: its size is known once it is loaded
-    size = _size(d.name, d.path)
-    needed = [s for s in SPLITS if s != "test" or d.test_fraction]
-    share = min((1 - d.val_fraction - d.test_fraction, d.val_fraction, d.test_fraction)[:len(needed)])
-    if d.max_docs is None and share * size > 4 * need:
-        return None
-    splits = _splits(d.name, d.path, d.max_docs, d.val_fraction, d.test_fraction, size)
-    if any(not splits[s][0] for s in needed):
-        return (f"data={d.name}: {sum(n for n, _ in splits.values())} documents are too few for data.val_fraction="
-                f"{d.val_fraction} and data.test_fraction={d.test_fraction} ("
-                + " / ".join(f"{splits[s][0]} {s}" for s in SPLITS) + " documents); add text or change the fractions")
-    for split in needed:
-        docs, text = splits[split]
-        if docs + text < need:
-            return (f"data={d.name}: the {'validation' if split == 'val' else split} split holds at most {docs + text} "
-                    f"tokens ({text} bytes in {docs} documents), too few for model.seq_len={cfg.model.seq_len} "
-                    f"(needs at least {need}); add text or shorten model.seq_len")
-    return None
-
-
-def _size(name: str, path: str | None) -> int:
-    return bigtxt_path().stat().st_size if name == "bigtxt" else sum(os.path.getsize(f) for f in text_files(path))
-
-
-@functools.cache
-def _splits(name: str, path: str | None, max_docs: int | None, val: float, test: float,
-            size: int) -> dict[str, tuple[int, int]]:
-    """(documents, text bytes) of each split of a corpus of `size` bytes, split as its token cache will be."""
-    out = dict.fromkeys(SPLITS, (0, 0))
-    for doc in _documents(name, path, max_docs):
-        split = split_of(doc, val, test)
-        out[split] = (out[split][0] + 1, out[split][1] + len(doc.encode()))
-    return out
-
-
-def _documents(name: str, path: str | None, max_docs: int | None):
-    """corpus.documents without datasets' progress bar (a pre-flight prints one line at most)."""
-    if name != "text":
-        return documents(name, path=path, max_docs=max_docs)
-    from datasets.utils import logging as datasets_logging
-
-    shown = datasets_logging.is_progress_bar_enabled()
-    datasets_logging.disable_progress_bar()
-    try:
-        return documents(name, path=path, max_docs=max_docs)
-    finally:
-        if shown:  # the jobs this process may run show theirs
-            datasets_logging.enable_progress_bar()
 
 
 def impossible_line(failures: list[tuple[list[str], str]], total: int, n_lists: int, product: int = 0) -> str:

@@ -229,6 +229,11 @@ def main() -> None:
     except (HydraException, OmegaConfBaseException) as exc:  # an override Hydra cannot apply
         print(f"error: {str(exc).strip().splitlines()[0]}", file=sys.stderr)
         sys.exit(2)
+    except ValueError as exc:  # Hydra's modes that exclude each other, as -m with --cfg
+        if "can be specified" not in str(exc):
+            raise
+        print(f"error: {exc} (-m runs a sweep, --cfg prints one job's config: give one)", file=sys.stderr)
+        sys.exit(2)
     except OSError as exc:  # Hydra's own files (its log folder) on a disk that takes no writes
         if not write_error(exc):
             raise

@@ -85,7 +85,7 @@ BAD_INPUTS = [
     ("binary file in a folder", binary_in_folder, ["b.bin is not text: a NUL byte at byte offset 7"]),
     ("latin-1 text in a sweep", latin1_in_a_swept_path, ["latin1.txt is not UTF-8 text: byte 0xe9 at byte offset 5"]),
     ("unquoted path", lambda tmp: ["data=text", "data.path=/tmp/café corpus.txt"],
-     ["quotes", "\"data.path='/tmp/café corpus.txt'\""]),
+     ["quotes", "'data.path=\"/tmp/café corpus.txt\"'"]),
 ]
 
 
@@ -446,6 +446,14 @@ PREFLIGHT = [
     ("a sweep of budgets", ["-m", "optim.schedule=wsd", "train.steps=16", "train.budgets=[8,16],[8,8]"], {},
      "error: train.budgets=[8, 8] must be distinct positive step counts"),
     ("choice()", ["-m", "optim.lr=choice(0.001,0)"], {}, "error: optim.lr=0.0 must be > 0"),
+    ("an empty range()", ["-m", "seed=range(3,0)"], {}, "error: the sweep of seed holds no values (an empty range()"),
+    ("a value twice", ["-m", "optim.lr=1e-3,0.001"], {}, "error: the sweep of optim.lr lists 0.001 twice "
+                                                         "(optim.lr=0.001,0.001): each value would run twice"),
+    ("--cfg without a value", ["--cfg"], {}, "error: argument --cfg/-c: expected one argument; see python -m "
+                                             "mbexp.train --help"),
+    ("--multirun=true", ["--multirun=true"], {}, "error: argument --multirun/-m: ignored explicit argument 'true'"),
+    ("-m with --cfg", ["-m", "seed=0,1", "--cfg", "job"], {}, "error: Only one of --run, --multirun, --cfg, --info "
+                                                             "and --shell_completion can be specified (-m runs"),
     ("range()", ["-m", "seed=range(-1,1)"], {}, "error: seed=-1 must be >= 0"),
     ("an inherited skip variable", ["-m", "seed=range(-1,1)"], {SKIP_ENV: "1"}, "error: seed=-1 must be >= 0"),
     ("results_dir empty", ["results_dir="], {}, "results_dir='' is not valid"),
