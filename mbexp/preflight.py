@@ -260,8 +260,12 @@ def check_environment(configs: list[Config], args: list[str]) -> None:
             env = c.logger.dir == "." and "WANDB_DIR" in os.environ
             _check_folder("WANDB_DIR" if env else "logger.dir", wandb_dir(c.logger), "wandb",
                           "point WANDB_DIR (environment) at a folder, or unset it" if env else "")
+    launchers = [a.partition("=")[2] for a in args if a.lstrip("+").startswith("hydra/launcher=")]
     for arg in args:
         key, _, value = arg.partition("=")
+        if key.startswith("hydra.launcher.") and not launchers:  # Hydra: "Could not override", nothing more
+            raise ConfigError(f"{arg} sets an option of a launcher the command does not choose; add "
+                              "hydra/launcher=joblib (n_jobs: runs side by side) or hydra/launcher=slurm")
         if key == "hydra.launcher.n_jobs" and not (value.lstrip("-").isdigit() and int(value) != 0):
             raise ConfigError(f"hydra.launcher.n_jobs={value} is not valid; give a positive number of jobs "
                               "(or -1: one per CPU)")

@@ -429,6 +429,8 @@ PREFLIGHT = [
     ("/dev/null", ["data=text", "data.path=/dev/null"], {}, "data.path=/dev/null is not a regular file or folder"),
     ("data.path beside bigtxt", ["data.path=README.md"], {}, "data.path=README.md applies only to data=text; with "
                                                            "data=bigtxt leave it out"),
+    ("n_jobs without joblib", ["-m", "seed=0,1", "hydra.launcher.n_jobs=2"], {},
+     "hydra.launcher.n_jobs=2 sets an option of a launcher the command does not choose; add hydra/launcher=joblib"),
     ("n_jobs 0", ["-m", "seed=0,1", "hydra/launcher=joblib", "hydra.launcher.n_jobs=0"], {},
      "hydra.launcher.n_jobs=0 is not valid; give a positive number of jobs"),
     ("torchrun batch", ["train.batch_size=3"], {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"},
