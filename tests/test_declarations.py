@@ -52,6 +52,11 @@ def test_declared_before_launch_is_confirmatory_until_the_claim_is_edited(tmp_pa
     summaries = launch(tmp_path, cache)
     assert [s["declarations"] for s in summaries] == [digest] * 4 and len(digest["glu"]) == 12
     assert standing(results) == ["confirmatory"]
+    from mbexp.analysis import claims, report, table
+
+    block = report.readme_block(claims.evaluate_file(results / "claims.yaml", table.build_tables(results)))
+    assert "the 1 confirmatory verdicts: every run each reads was launched under its claim's current declaration " \
+        "([rules]" in block  # and no count of exploratory ones, there being none
     declare(results, words="SwiGLU beats ReLU (reworded)")  # prose is not part of the digest
     assert standing(results) == ["confirmatory"]
     declare(results, hypothesis="worse")  # the test changed after the runs
