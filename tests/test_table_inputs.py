@@ -99,6 +99,23 @@ def test_a_wrongly_typed_metrics_record_leaves_its_run_out(wsd_results, tmp_path
     assert_left_out(results, bad, f'line {lines + 1}: step is "x", not a number; the run is left out')
 
 
+def test_a_garbled_metrics_line_before_the_last_leaves_its_run_out(wsd_results, tmp_path):
+    results = copied(wsd_results, tmp_path)
+    bad = run_dirs(results)[0] / "metrics.jsonl"
+    lines = bad.read_text().splitlines()
+    bad.write_text("\n".join([lines[0], '{"step": 3, "val_lo', *lines[1:]]) + "\n")
+    assert_left_out(results, bad, "line 2 is not a JSON record (only the last line may be cut short, by a kill); the "
+                    "run is left out")
+
+
+def test_a_last_metrics_line_cut_short_by_a_kill_is_read_past(wsd_results, tmp_path):
+    results = copied(wsd_results, tmp_path)
+    with (run_dirs(results)[0] / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 12, "val_lo')
+    done = make_table(results)
+    assert done.returncode == 0 and not flagged(done.stderr), done.stderr[-2000:]
+
+
 def scan_copy(tmp: Path) -> Path:
     """A copy of the committed declared study ffn_wsd_cpu: its runs, its scan's and the claims file."""
     results = tmp / "results"

@@ -93,8 +93,11 @@ def _check_metrics(path: Path) -> None:
         code = errno.errorcode.get(err.errno, err.errno)
         raise SummaryError(f"{path}: unreadable ({err.strerror}, {code})") from None
     for number, line in enumerate(lines, 1):
-        wrong = _wrong_curve_value(_curve_record(line) or {})
-        if wrong:
+        record = _curve_record(line)
+        if record is None and number < len(lines):  # a resume rewrites the file: only its last line can be torn
+            raise SummaryError(f"{path}: line {number} is not a JSON record (only the last line may be cut short, by "
+                               "a kill); the run is left out")
+        if wrong := _wrong_curve_value(record or {}):
             raise SummaryError(f"{path}: line {number}: {wrong}, not a number; the run is left out")
 
 
