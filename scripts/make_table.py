@@ -173,7 +173,12 @@ def _tables(args) -> int:
             return 2
         runs = collect_runs(args.results, strict=args.strict, experiments=read_for(args.results, args.only))
         if args.only:
+            named = sorted(set(runs.loc[runs["path"].map(lambda p: Path(p).parts[-3] == args.only), "experiment"]))
             runs = runs[runs["experiment"] == args.only]
+            if runs.empty and named:  # a copied or renamed folder: its summaries keep their experiment's name
+                print(f"error: --only {args.only}: its runs record experiment {', '.join(named)} (each summary's "
+                      f"`experiment`, by which tables group runs); keep them under runs/{named[0]}", file=sys.stderr)
+                return 2
         tables = table.tables_for(runs, dict(args.baseline), tune=args.tune, margin=args.margin)
         studies.annotate(tables, args.results)  # a declared study's rows: the LR its scan chose
         # claims compare experiments: --only leaves them, and their files, alone

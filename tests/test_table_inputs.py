@@ -255,3 +255,12 @@ def test_an_unfinished_run_beside_finished_ones_is_named_with_its_command(wsd_re
     assert note.startswith(f"note: 1 run(s) unfinished, not in the tables; each resumes with its command: {run} "
                            "(interrupted at step 5 of 10): python -m mbexp.train ")
     assert f"""'results_dir="{results}"'""" in note and "## wsd" in done.stdout
+
+
+def test_only_names_the_experiment_a_renamed_folders_runs_record(wsd_results, tmp_path):
+    results = copied(wsd_results, tmp_path)
+    (results / "runs" / "wsd").rename(results / "runs" / "renamed")
+    done = make_table(results, "--only", "renamed")
+    assert done.returncode == 2 and done.stderr.splitlines() == [
+        "error: --only renamed: its runs record experiment wsd (each summary's `experiment`, by which tables group "
+        "runs); keep them under runs/wsd"]
