@@ -140,6 +140,10 @@ def choose(study: Study, results_dir) -> dict:
         fix = f"{damaged[0]}; repair or delete that run folder, then rerun" if damaged else "rerun"
         raise StudyError(f"study {study.name!r}: {len(missing)} scan run(s) unfinished, e.g. {missing[0]}; {fix} "
                          "the study command")
+    if lost := [values for values, c in choices.items() if math.isinf(c.losses[c.lr])]:
+        raise StudyError(f"study {study.name!r}: every LR of the grid diverged in the scan for "
+                         f"{' '.join(study.row_overrides(lost[0]))} ({len(lost)} row(s)); declare an lr_grid that "
+                         "reaches lower")
     return choices
 
 

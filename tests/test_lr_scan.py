@@ -142,3 +142,14 @@ def test_a_studys_cooldown_is_the_one_its_runs_train_with():
     assert per_run_steps(parse_study("s", spec, "x")) == 600 + 60
     cooler = parse_study("s", spec | {"overrides": ["optim.cooldown_fraction=0.5"]}, "x")
     assert per_run_steps(cooler) == 600 + 150
+
+
+def test_a_row_whose_every_lr_diverged_is_no_choice(tmp_path):
+    inf = float("inf")
+    write_scan(tmp_path, losses={**LOSSES, ("ladder96", "geglu"): (inf, inf, inf)})
+    study = load_studies(tmp_path)["lad"]
+    with pytest.raises(StudyError, match=r"every LR of the grid diverged in the scan for model=ladder96 ffn=geglu "
+                                         r"\(1 row\(s\)\); declare an lr_grid that reaches lower"):
+        choose(study, tmp_path)
+    frame = lr_scan.scan_frame(study, tmp_path)
+    assert not frame[(frame["model"] == "ladder96") & (frame["ffn"] == "geglu")]["chosen"].any()

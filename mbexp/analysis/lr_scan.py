@@ -27,7 +27,8 @@ def scan_frame(study: Study, results_dir) -> pd.DataFrame:
         runs = {lr: found.get((row, lr), []) for lr in study.lr_grid}
         means = {lr: sum(r) / len(r) if r else math.nan for lr, r in runs.items()}
         complete = all(len(r) >= len(study.scan_seeds) for r in runs.values())
-        choice = best_of(study.lr_grid, means) if complete else None
+        # every LR diverged: no choice (the study command refuses to go on)
+        choice = best_of(study.lr_grid, means) if complete and min(means.values()) < math.inf else None
         for lr in study.lr_grid:
             chosen = choice is not None and lr == choice.lr
             lines.append({**dict(zip(study.rows, map(str, values))), "lr": lr, "steps": study.select_at,
