@@ -2,6 +2,7 @@
 
 import codecs
 import errno
+import functools
 import glob
 import hashlib
 import os
@@ -101,14 +102,21 @@ def text_files(path: str) -> list[str]:
     return matches
 
 
-def text_fingerprint(path: str, chunk: int = 1 << 20) -> str:
+def text_fingerprint(path: str) -> str:
     """A hash of the bytes of every file data.path names, in order, streamed; a file that is not UTF-8 text
-    raises CorpusError naming it and the byte offset (datasets' own error names neither)."""
+    raises CorpusError naming it and the byte offset (datasets' own error names neither). Read once per process
+    while no file changes (inode, size, times): a run hashes it for its identity, then loads it."""
     files = text_files(path)
     if not files:
         raise CorpusError(f"data.path={path} is a folder with no files")
+    stats = [(f, os.stat(f)) for f in files]
+    return _fingerprint(tuple((f, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) for f, st in stats))
+
+
+@functools.cache
+def _fingerprint(stamped: tuple, chunk: int = 1 << 20) -> str:
     h = hashlib.blake2b(digest_size=16)
-    for name in files:
+    for name, *_ in stamped:
         with open(name, "rb") as f:
             offset, rest = 0, b""  # rest: the bytes of a character cut by the chunk boundary
             while block := f.read(chunk):
