@@ -102,7 +102,10 @@ def write_json(path: str | Path, obj) -> None:
     write_text(path, json.dumps(finite(obj), indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
-FINISHED = ("completed", "diverged")  # run statuses that a rerun skips and that a table counts
+# a run's statuses, in the order a table prefers them for one seed (the last wins); the finished ones a rerun
+# skips and a table counts
+STATUSES = ("running", "interrupted", "failed", "diverged", "completed")
+FINISHED = STATUSES[-2:]
 
 
 class SummaryError(ValueError):

@@ -13,6 +13,7 @@ from pathlib import Path
 from mbexp import Parser
 from mbexp.analysis.claims import ClaimsError
 from mbexp.analysis.report import blocks, splice
+from mbexp.claims_file import CLAIMS_FILE
 from mbexp.io import write_text
 
 FLAGS = {"readme": "--readme", "page": "--page", "table_doc": "--table-doc"}
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     try:
         texts = {key: splice(old[key], *block) for key, block in blocks(args.results, args.claims or
-                                                                        args.results / "claims.yaml").items()}
+                                                                        args.results / CLAIMS_FILE).items()}
     except (ClaimsError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

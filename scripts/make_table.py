@@ -163,6 +163,7 @@ def _main(argv: list[str] | None) -> int:
 def _tables(args) -> int:
     from mbexp.analysis import claims, outputs, render, report, studies, table
     from mbexp.analysis.collect import collect_runs, log
+    from mbexp.claims_file import CLAIMS_FILE
 
     skipped = _Counter()
     log.addHandler(skipped)
@@ -182,7 +183,7 @@ def _tables(args) -> int:
         tables = table.tables_for(runs, dict(args.baseline), tune=args.tune, margin=args.margin)
         studies.annotate(tables, args.results)  # a declared study's rows: the LR its scan chose
         # claims compare experiments: --only leaves them, and their files, alone
-        verdicts = [] if args.only else claims.evaluate_file(args.results / "claims.yaml", tables)
+        verdicts = [] if args.only else claims.evaluate_file(args.results / CLAIMS_FILE, tables)
     except claims.ClaimsError as err:  # a bad claims file: one line naming it and the claim, nothing written
         print(f"error: {err}", file=sys.stderr)
         return 2

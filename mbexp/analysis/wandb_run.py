@@ -1,11 +1,13 @@
 """The `table` W&B run: each experiment's table (a W&B Table) and figures, beside the runs it came from."""
 
 import os
+from dataclasses import asdict
 from pathlib import Path
 
 from mbexp.analysis import render
 from mbexp.analysis.collect import run_settings
 from mbexp.analysis.table import Table
+from mbexp.config import LoggerConfig
 from mbexp.logger import wandb_settings
 
 
@@ -16,7 +18,7 @@ def log_tables(tables: dict[str, Table], written: dict[str, list[Path]], *, wand
     import wandb
 
     paths = [p for t in tables.values() for p in t.runs["path"]]
-    settings = {"project": "mbexp", "entity": None, "mode": "offline"} | run_settings(paths, "logger")
+    settings = asdict(LoggerConfig()) | run_settings(paths, "logger")  # the runs' own, else the defaults
     Path(wandb_dir, "wandb").mkdir(parents=True, exist_ok=True)
     run = wandb.init(project=settings["project"], entity=settings["entity"],
                      mode=os.environ.get("WANDB_MODE", settings["mode"]), dir=wandb_dir, job_type="table",
