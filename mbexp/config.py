@@ -13,7 +13,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError, OmegaConfBaseException
 
-from mbexp.validate import COMPILE, DEVICES, LOGGERS, PRECISIONS, ConfigError, validate  # noqa: F401 - re-exported
+from mbexp.validate import ConfigError, validate
 
 
 @dataclass

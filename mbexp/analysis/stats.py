@@ -135,17 +135,6 @@ def seed_deltas(a: pd.Series, b: pd.Series) -> pd.Series:
     return (a[shared] - b[shared]).astype(float)
 
 
-def beyond(interval: Interval, margin: float) -> float:
-    """One-sided p that Δ lies beyond ±margin on the side of its estimate (H0: |Δ| ≤ margin); NaN without an
-    interval. Small: the difference is resolved larger than the margin, which contradicts equivalence."""
-    d, se, df = interval.delta, interval.se, interval.df
-    if math.isnan(se):
-        return math.nan
-    if se == 0:
-        return 0.0 if abs(d) > margin else 1.0
-    return float(stats.t.sf((abs(d) - margin) / se, df))
-
-
 def power(n, effect: float, sd: float, alpha: float = ALPHA):
     """Power of the two-sided one-sample (paired) t-test at level alpha with n seeds (an int or an array), when the
     true mean difference is `effect` and the per-seed SD is `sd` (statsmodels' TTestPower, tail by tail: scipy's
@@ -188,8 +177,9 @@ def slow_starts(early: pd.Series, k: float = SLOW_K) -> list:
 
 
 def beyond_margin(interval: Interval, margin: float) -> float:
-    """Two-sided p of H0 |Δ| ≤ margin: twice the one-sided p on the side of the estimate, at most 1; below 0.05
-    exactly when the 95% interval lies wholly beyond ±margin. NaN without an interval."""
+    """Two-sided p of H0 |Δ| ≤ margin (small: Δ resolved larger than the margin, against equivalence): twice the
+    one-sided p on the side of the estimate, at most 1; below 0.05 exactly when the 95% interval lies wholly beyond
+    ±margin. NaN without an interval."""
     d, se, df = interval.delta, interval.se, interval.df
     if math.isnan(se):
         return math.nan
