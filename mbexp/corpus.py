@@ -7,12 +7,12 @@ import glob
 import hashlib
 import os
 import re
-import socket
 from collections.abc import Iterable, Iterator
 from importlib import resources
 from itertools import islice
 from pathlib import Path
-from urllib.parse import urlparse
+
+from mbexp.net import reachable
 
 BIGTXT_MD5 = "70a4b9f4707d258f559f91615297a3ec"
 HUB = {  # data.name -> (dataset id, config)
@@ -155,14 +155,8 @@ def load_text(path: str) -> list[str]:
 
 
 def hub_reachable(timeout: float = 5.0) -> bool:
-    """Whether a TCP connection to the hub's endpoint opens within `timeout` seconds."""
-    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-    port = url.port or (443 if url.scheme == "https" else 80)
-    try:
-        with socket.create_connection((url.hostname, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
+    """Whether the hub's endpoint ($HF_ENDPOINT, else huggingface.co) answers within `timeout` seconds."""
+    return reachable(os.environ.get("HF_ENDPOINT", "https://huggingface.co"), timeout)
 
 
 def _wikitext_articles(lines: Iterable[str]) -> Iterator[str]:

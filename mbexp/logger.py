@@ -1,12 +1,12 @@
 """Experiment logging behind a small interface: W&B, or nothing."""
 
 import os
-import socket
 import sys
-import threading
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlparse
+
+from mbexp.net import reachable
 
 WANDB_MODES = ("offline", "online", "disabled")  # logger.mode and $WANDB_MODE
 PROBE_TIMEOUT_S = 3.0  # how long an online run waits to learn that W&B's server is unreachable
@@ -29,28 +29,17 @@ class NullLogger:
         pass
 
 
+def wandb_mode_problem() -> str | None:
+    """The error for a $WANDB_MODE that W&B would refuse only once a run starts; None when unset or valid."""
+    mode = os.environ.get("WANDB_MODE")
+    if mode is None or mode in WANDB_MODES:
+        return None
+    return f"WANDB_MODE={mode!r} (environment) is not valid; choose one of: {', '.join(WANDB_MODES)}"
+
+
 def wandb_dir(logger_cfg) -> str:
     """Where wandb/ goes: logger.dir, or $WANDB_DIR while logger.dir keeps its default (as `make table` does)."""
     return os.environ.get("WANDB_DIR", logger_cfg.dir) if logger_cfg.dir == "." else logger_cfg.dir
-
-
-def server_reachable(base_url: str, timeout: float = PROBE_TIMEOUT_S) -> bool:
-    """Whether a TCP connection to W&B's server opens within `timeout` seconds, name lookup included (a socket's
-    timeout does not bound the lookup, so the probe runs in a thread that is given up on)."""
-    url = urlparse(base_url)
-    opened = []
-
-    def connect() -> None:
-        try:
-            with socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout):
-                opened.append(True)
-        except (OSError, ValueError):
-            pass
-
-    probe = threading.Thread(target=connect, daemon=True)
-    probe.start()
-    probe.join(timeout)
-    return bool(opened)
 
 
 class WandbLogger:
@@ -70,7 +59,7 @@ class WandbLogger:
             self.run = wandb.init(mode=mode, settings=wandb_settings(), **init)
             return
         base_url = wandb.setup().settings.base_url  # WANDB_BASE_URL and wandb's settings files applied
-        if base_url not in _offline_reason and not server_reachable(base_url):
+        if base_url not in _offline_reason and not reachable(base_url, PROBE_TIMEOUT_S):
             _offline_reason[base_url] = f"{urlparse(base_url).hostname} is unreachable"
         if _offline_reason.get(base_url) is None:
             try:

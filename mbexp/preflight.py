@@ -19,7 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from mbexp.config import CONF_DIR, Config, ConfigError, compose_config, to_object
 from mbexp.corpus_check import corpus_problem
-from mbexp.logger import WANDB_MODES, wandb_dir
+from mbexp.logger import wandb_dir, wandb_mode_problem
 
 GROUPS = ("norm", "placement", "ffn", "hidden", "model", "data", "optim", "logger", "experiment", "arch")
 SKIP_FLAG = "--skip-impossible"  # run a sweep's possible combinations, skipping (and recording) the others
@@ -247,9 +247,8 @@ def check_environment(configs: list[Config], args: list[str]) -> None:
     """What the environment, the launcher and the file system must allow for these configs."""
     if any(a.startswith("-") and a != "--multirun" for a in args):
         return  # Hydra's own flags (--cfg job, --info, ...) print and launch nothing
-    if (mode := os.environ.get("WANDB_MODE")) is not None and mode not in WANDB_MODES and any(
-            c.logger.name == "wandb" for c in configs):
-        raise ConfigError(f"WANDB_MODE={mode!r} (environment) is not valid; choose one of: {', '.join(WANDB_MODES)}")
+    if (problem := wandb_mode_problem()) and any(c.logger.name == "wandb" for c in configs):
+        raise ConfigError(problem)
     world = os.environ.get("WORLD_SIZE", "1")
     for c in configs:
         if world.isdigit() and int(world) > 1 and c.train.batch_size % int(world):

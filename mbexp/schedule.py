@@ -11,7 +11,7 @@ SCHEDULES = {
 }
 # optim.cooldown_shape -> the learning rate in the wsd cool-down, given the progress through it in (0, 1]
 COOLDOWNS = {
-    "linear": lambda lr, floor, progress: lr - (lr - floor) * progress,
+    "linear": SCHEDULES["linear"],
     "sqrt": lambda lr, floor, progress: floor + (lr - floor) * (1 - math.sqrt(progress)),  # 1 - sqrt
 }
 

@@ -151,11 +151,10 @@ def _main(argv: list[str] | None) -> int:
     if not args.results.is_dir():
         print(f"error: --results {args.results} is not a folder (it should hold runs/)", file=sys.stderr)
         return 2
-    from mbexp.logger import WANDB_MODES
+    from mbexp.logger import wandb_mode_problem
 
-    if args.wandb and (mode := os.environ.get("WANDB_MODE")) is not None and mode not in WANDB_MODES:
-        print(f"error: WANDB_MODE={mode!r} (environment) is not valid; choose one of: {', '.join(WANDB_MODES)} "
-              "(or --no-wandb)", file=sys.stderr)
+    if args.wandb and (problem := wandb_mode_problem()):
+        print(f"error: {problem} (or --no-wandb)", file=sys.stderr)
         return 2
     return _tables(args)
 

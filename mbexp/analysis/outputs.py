@@ -44,7 +44,7 @@ def write_ladder(results_dir, table: Table, resamples: int = scaling.RESAMPLES) 
     write_text(paths[-1], ladder_render.to_csv(ladder))
     paths.append(figures_dir / f"{ladder.experiment}_ladder.png")
     fig = ladder_render.plot(ladder)
-    atomic_write(paths[-1], lambda tmp: fig.savefig(tmp, format="png", metadata={"Software": None}))
+    atomic_write(paths[-1], lambda tmp: figures.save(fig, tmp))
     return paths
 
 

@@ -12,7 +12,7 @@ from mbexp.analysis.claims import Comparison, Result, evaluate, load_claims, see
 from mbexp.analysis.ladder_render import ladder_markdown, ladder_trends, lr_ladders_markdown, readme_ladder_lines
 from mbexp.analysis.render import CI, fmt
 from mbexp.analysis.studies import annotate, cost_lines
-from mbexp.analysis.table import build_tables, setting
+from mbexp.analysis.table import build_tables, seed_text, setting
 from mbexp.declarations import BETTER, CONFIRMATORY, EQUIVALENT, EXPLORATORY, VERDICTS, WORSE
 
 CLAIMS_BEGIN, CLAIMS_END = "<!-- claims:begin -->", "<!-- claims:end -->"
@@ -181,7 +181,7 @@ def _comparison_record(c: Comparison) -> dict:
             "p_holm": c.p_holm, "p_permutation": c.p_permutation, "p_permutation_holm": c.p_permutation_holm,
             "tost_p_holm": c.tost_holm, "beyond_p_holm": c.beyond_holm, "mark": c.mark,
             "outcome": c.outcome, "seeds_needed": c.seeds_needed,
-            "seed_deltas": " ".join(f"{s}:{d:+.4f}" for s, d in c.deltas.items()),
+            "seed_deltas": seed_text(c.deltas),
             "slow_start": "; ".join(f"{label} {' '.join(map(str, s))}" for label, s in c.slow.items() if s)}
 
 

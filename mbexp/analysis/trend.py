@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from mbexp.analysis.stats import ALPHA, LEVEL, Interval, holm
+from mbexp.analysis.stats import ALPHA, LEVEL, Interval, holm, seed_deltas
 from mbexp.declarations import UNRESOLVED
 
 EXACT_LIMIT = 200_000  # permutations enumerated exactly up to this many, else drawn
@@ -45,11 +45,7 @@ class Trend:
 
 def paired_deltas(losses: dict, base: dict) -> dict:
     """N -> per-seed Δ = losses[N] − base[N] over the seeds both have (Series by seed)."""
-    out = {}
-    for n in sorted(losses):
-        shared = losses[n].index.intersection(base[n].index).sort_values()
-        out[n] = (losses[n][shared] - base[n][shared]).astype(float)
-    return out
+    return {n: seed_deltas(losses[n], base[n]) for n in sorted(losses)}
 
 
 def _slopes(x: np.ndarray, y: np.ndarray) -> np.ndarray:
