@@ -119,7 +119,9 @@ def load_cache(path: Path, *, warn: bool = True) -> TokenData | None:
             raise ValueError("tokenizer.json does not match meta.json")
         tok = Tokenizer.from_file(str(path / "tokenizer.json"))
         arrays = {s: _memmap(path / f"{s}.bin", meta["dtype"]) for s in SPLITS}
-    except FileNotFoundError:
+    except FileNotFoundError as exc:
+        if warn and exc.filename != str(meta_path) and meta_path.exists():  # meta.json without a file it lists
+            print(f"warning: token cache {path} is damaged ({exc.filename} is missing); rebuilding it", file=sys.stderr)
         return None
     except (ValueError, KeyError, TypeError, Exception) as exc:  # noqa: B014 - any damage means rebuild
         if warn and meta_path.exists():

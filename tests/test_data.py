@@ -274,7 +274,7 @@ def _flip_test_byte(path: Path) -> None:
 @pytest.mark.parametrize(
     "damage", [_truncate_train, _flip_val_byte, _flip_test_byte, _garbage_tokenizer, _garbage_meta, _remove_val]
 )
-def test_damaged_cache_is_rebuilt(tmp_path, pristine_small_cache, damage):
+def test_damaged_cache_is_rebuilt(tmp_path, pristine_small_cache, damage, capfd):
     pristine, train, val, vocab = pristine_small_cache
     shutil.copytree(pristine, tmp_path / "cache")
     cfg = DataConfig(vocab_size=300, max_docs=600, cache_dir=str(tmp_path / "cache"))
@@ -283,8 +283,10 @@ def test_damaged_cache_is_rebuilt(tmp_path, pristine_small_cache, damage):
     path = intact.path
     del intact  # drop the memory maps before the files change under them
     damage(path)
+    capfd.readouterr()
     again = prepare(cfg, seq_len=32)
     assert not again.cache_hit
+    assert f"warning: token cache {path} is damaged (" in capfd.readouterr().err  # said, never silently rebuilt
     assert again.path == path
     assert np.array_equal(np.asarray(again.train), train) and np.array_equal(np.asarray(again.val), val)
     assert again.tokenizer.get_vocab() == vocab
