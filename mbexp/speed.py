@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from mbexp.io import write_json
+from mbexp.io import is_number, write_json
 
 RECORD_FILE = "speed.json"
 PRECISION_KEYS = ("fp32_tokens_s", "bf16_tokens_s", "val_loss_rel_diff")  # what a precision measurement holds
@@ -117,7 +117,7 @@ def measured(cache_dir: str | Path, device: torch.device, spec, batch_size: int)
 
 
 def _numbers(m, keys: tuple[str, ...]) -> bool:
-    return isinstance(m, dict) and all(isinstance(m.get(k), int | float) for k in keys)
+    return isinstance(m, dict) and all(is_number(m.get(k)) for k in keys)  # true is no measurement
 
 
 def record(cache_dir: str | Path, device: torch.device, spec, batch_size: int, about: dict, **found) -> None:
