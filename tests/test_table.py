@@ -202,7 +202,7 @@ def test_warmup_columns_and_sensitivity_interval(tmp_path):
     assert [c for c in cells.columns if c.startswith("wu=")] == ["wu=0", "wu=100", "wu=500"]
     assert cells.loc["rms-pre-relu-matched", ["wu=0", "warm-up sens. (95% CI)", "diverged"]].tolist() == \
         ["div.", "∞", "2/6"]
-    assert cells.loc[BASE, "wu=100"] == "5.150 (2)" and cells.loc[BASE, "warm-up sens. (95% CI)"].startswith("0.500 [")
+    assert cells.loc[BASE, "wu=100"] == "5.150 (2)" and cells.loc[BASE, "warm-up sens. (95% CI)"].startswith("+0.500 [")
     assert "Δ and marks at optim.warmup_steps=500" in render.caption(t)
     assert sorted(figures.figures(t)) == ["curves", "forest", "warmup"]
 

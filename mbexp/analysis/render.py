@@ -107,8 +107,8 @@ def _cell(mean: float, n: int) -> str:
 
 def _sensitivity(row: pd.Series) -> str:
     if pd.isna(row["sensitivity_low"]):
-        return fmt(row["sensitivity"], ".3f")
-    return f"{row['sensitivity']:.3f} [{row['sensitivity_low']:+.3f}, {row['sensitivity_high']:+.3f}]"
+        return fmt(row["sensitivity"], "+.3f")
+    return f"{row['sensitivity']:+.3f} [{row['sensitivity_low']:+.3f}, {row['sensitivity_high']:+.3f}]"
 
 
 def caption(table: Table) -> str:
