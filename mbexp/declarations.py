@@ -115,7 +115,7 @@ def parse_claim(entry, default_margin: float, where: str, studies: dict | None =
     for key in ("id", *PROSE, "experiment", "baseline", "study"):
         if key in entry and (not isinstance(entry[key], str) or not entry[key] and key in REQUIRED):
             raise ClaimsError(f"{where}: {key} must be text, got {entry[key]!r}")
-    hypothesis, statistic = entry["hypothesis"], entry.get("statistic", "delta")
+    hypothesis, statistic = entry["hypothesis"], entry.get("statistic", Claim.statistic)
     if hypothesis not in HYPOTHESES or statistic not in STATISTICS:
         raise ClaimsError(f"{where}: hypothesis must be one of {', '.join(HYPOTHESES)} and statistic one of "
                           f"{', '.join(STATISTICS)}, got {hypothesis!r} and {statistic!r}")
@@ -128,7 +128,7 @@ def parse_claim(entry, default_margin: float, where: str, studies: dict | None =
         raise ClaimsError(f"{where}: at must map one column key to one value, got {at!r}")
     if not isinstance(conditions, dict) or set(conditions) - set(CONDITIONS):
         raise ClaimsError(f"{where}: conditions must be a mapping of {', '.join(CONDITIONS)}, got {conditions!r}")
-    own_lr, max_epochs = conditions.get("own_lr", False), conditions.get("max_epochs", 1.0)
+    own_lr, max_epochs = conditions.get("own_lr", Claim.own_lr), conditions.get("max_epochs", Claim.max_epochs)
     if not isinstance(own_lr, bool) or not (max_epochs is None or finite_number(max_epochs) and max_epochs > 0):
         raise ClaimsError(f"{where}: conditions own_lr must be true/false and max_epochs a positive number or "
                           f"null, got {own_lr!r} and {max_epochs!r}")
