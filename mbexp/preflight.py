@@ -1,6 +1,6 @@
 """The checks `python -m mbexp.train` makes before Hydra starts any job: every override, every combination of the
-sweep Hydra will run (the experiment file's `hydra.sweeper.params` included), the environment and the launcher;
-every check shares one reading of the command line (its sweeps, as Hydra's parser expands them)."""
+sweep Hydra will run (the experiment file's `hydra.sweeper.params` included), the environment and the launcher.
+Over 300 lines: every check shares one reading of the command line (its sweeps, as Hydra's parser expands them)."""
 
 import difflib
 import functools
