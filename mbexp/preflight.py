@@ -29,6 +29,11 @@ SKIP_ENV = "MBEXP_SKIP_IMPOSSIBLE"  # set for the jobs of such a sweep
 MAX_COMBINATIONS = 512
 
 
+def hydra_flags(args: list[str]) -> bool:
+    """Whether the command carries one of Hydra's own flags (--cfg, --info, ...): it prints, and launches nothing."""
+    return any(a.startswith("-") and a != "--multirun" for a in args)
+
+
 def check_flags(args: list[str]) -> None:
     """A flag that is neither mbexp's nor Hydra's (argparse would print Hydra's usage, naming train.py)."""
     options = sorted(get_args_parser()._option_string_actions)
@@ -73,8 +78,8 @@ def check_group_choices(args: list[str]) -> None:
 
 def check_overrides(args: list[str]) -> None:
     """An override without a value, and a key given twice (Hydra would keep the last one silently)."""
-    if any(a.startswith("-") and a != "--multirun" for a in args):
-        return  # Hydra's own flags (--cfg job, --info, ...): leave the command to Hydra
+    if hydra_flags(args):
+        return
     seen: dict[str, str] = {}
     for arg in (a for a in args if a != "--multirun"):
         key, sep, value = arg.partition("=")
@@ -150,8 +155,8 @@ def check_config(args: list[str]) -> tuple[list[Config], list[tuple[list[str], s
     """Compose and validate the config with the overrides that hold a single value, then every combination of
     the sweeps (a,b / choice() / range() / glob()) as the sweep will run it. Returns (the configs checked, the
     impossible combinations with why, the number of combinations)."""
-    if any(a.startswith("-") and a != "--multirun" for a in args):
-        return [], [], 0  # Hydra's own flags (--cfg, --info, ...): leave the command to Hydra
+    if hydra_flags(args):
+        return [], [], 0
     single, lists = sweep_of(args)
     for key, values in lists.items():  # Hydra would launch no job, or one job twice (racing itself for its run)
         if not values:
@@ -203,12 +208,16 @@ def impossible_line(failures: list[tuple[list[str], str]], total: int, n_lists: 
     reasons = {why for _, why in failures}
     if len(reasons) == 1 and n_lists == 1:
         return reasons.pop()
-    shown = "; ".join(f"{' '.join(c)} ({why})" for c, why in failures[:6])
-    more = f"; and {len(failures) - 6} more" if len(failures) > 6 else ""
     if product > total:
         return (f"{len(failures)} of the {total} settings checked (each value beside the other sweeps' first values; "
-                f"the sweep has {product:,} combinations) cannot run: {shown}{more}; leave them out")
-    return f"{len(failures)} of {total} combinations of this sweep cannot run: {shown}{more}; leave them out"
+                f"the sweep has {product:,} combinations) cannot run: {listed(failures)}; leave them out")
+    return f"{len(failures)} of {total} combinations of this sweep cannot run: {listed(failures)}; leave them out"
+
+
+def listed(failures: list[tuple[list[str], str]], shown: int = 6) -> str:
+    """The first `shown` impossible combinations, each with why, and how many more."""
+    more = f"; and {len(failures) - shown} more" if len(failures) > shown else ""
+    return "; ".join(f"{' '.join(c)} ({why})" for c, why in failures[:shown]) + more
 
 
 def split_commands(args: list[str], failures: list[tuple[list[str], str]]) -> list[str]:
@@ -245,8 +254,8 @@ def _split(lists: dict[str, list[str]], bad: set[tuple[str, ...]]) -> list[dict[
 
 def check_environment(configs: list[Config], args: list[str]) -> None:
     """What the environment, the launcher and the file system must allow for these configs."""
-    if any(a.startswith("-") and a != "--multirun" for a in args):
-        return  # Hydra's own flags (--cfg job, --info, ...) print and launch nothing
+    if hydra_flags(args):
+        return
     if (problem := wandb_mode_problem()) and any(c.logger.name == "wandb" for c in configs):
         raise ConfigError(problem)
     world = os.environ.get("WORLD_SIZE", "1")

@@ -34,6 +34,7 @@ from mbexp.preflight import (
     check_multirun,
     check_overrides,
     impossible_line,
+    listed,
     split_commands,
     sweep_of,
 )
@@ -175,9 +176,7 @@ def preflight(args: list[str], skip: bool) -> list[Config]:
         head = f"skipping {len(failures)} of {total} combinations that cannot run" if product <= total else (
             f"{len(failures)} of the {total} settings checked cannot run (each value beside the other sweeps' first "
             f"values; of the sweep's {product:,} combinations, each one that cannot run is skipped)")
-        print(f"warning: {head} (listed in {where}): "
-              + "; ".join(line.replace("  # ", " (") + ")" for line in lines[:6])
-              + (f"; and {len(failures) - 6} more" if len(failures) > 6 else ""), file=sys.stderr)
+        print(f"warning: {head} (listed in {where}): {listed(failures)}", file=sys.stderr)
         os.environ[SKIP_ENV] = "1"
     return configs
 
