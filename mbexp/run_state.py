@@ -111,9 +111,11 @@ class RunState:
             logger.log({k: v for k, v in rec.items() if k != "step"}, step=self.step)
 
     def checkpoint(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, batches: Batches) -> None:
-        """Save the learner's parts (model, optimiser, data position) with this state and the RNG."""
+        """Save the learner's parts (model, optimiser, data position) with this state and the RNG; the summary
+        follows, so a run killed outright (SIGKILL, out of memory) reads as stopped where it resumes."""
         if self.ddp.is_main:
             checkpoint.save(self.dir, self.state(model, optimizer, batches))
+            self.write_summary("running")
 
     def state(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, batches: Batches) -> dict:
         """What a checkpoint holds: the learner's parts, this state and the RNG."""

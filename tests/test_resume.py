@@ -48,7 +48,8 @@ def test_sigkill_then_same_command_resumes_to_identical_results(tmp_path, cache)
     directory = the_run_dir(tmp_path / "killed", cache, *SLOW)
     proc = popen_train(args)
     kill_when(proc, lambda: (directory / "checkpoint.prev.pt").exists())  # two checkpoints: step >= 20
-    assert json.loads((directory / "summary.json").read_text())["status"] == "running"
+    killed = json.loads((directory / "summary.json").read_text())
+    assert killed["status"] == "running" and killed["step"] >= 20 and killed["step"] % 10 == 0  # its checkpoint's
     resumed = mbexp_train(args)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming" in resumed.stdout + resumed.stderr
