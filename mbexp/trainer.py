@@ -188,6 +188,10 @@ def _train(cfg: Config, data: TokenData, directory: Path, chash: str, device: to
            ddp: distributed.Dist, found: dict, branches: list[Branch]) -> dict:
     if cfg.force and ddp.is_main:
         checkpoint.remove(directory)
+    epochs = cfg.train.steps * cfg.train.batch_size * cfg.model.seq_len / max(int(data.train.size), 1)
+    if epochs > 1 and ddp.is_main:  # repeated text: the run measures memorising as much as the architecture
+        log.warning("this run reads its training split %.1f times (%d training tokens in data=%s): past one epoch",
+                    epochs, data.train.size, cfg.data.name)
     learner = make_learner(cfg, data, device, cfg.precision, ddp)
     model = learner.model
     run = RunState(cfg, directory, chash, ddp)

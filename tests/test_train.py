@@ -176,3 +176,14 @@ def test_every_logged_lr_follows_the_schedule_with_its_warmup_and_floor(tmp_path
     assert [lr for _, lr in logged[:4]] == pytest.approx([0.0025, 0.005, 0.0075, 0.01])
     assert logged[6][1] == pytest.approx(0.0025 + 0.0075 * 0.5 * (1 + math.cos(math.pi * 2 / 7)))
     assert logged[-1][1] == pytest.approx(0.0025)
+
+
+def test_a_run_past_one_epoch_says_so_before_it_trains(tmp_path, cache, caplog):
+    caplog.set_level(logging.WARNING)
+    small = ("data.max_docs=200", "train.steps=2")  # a small corpus, so that a batch can hold all of it
+    within = train(compose_config(clean(overrides(tmp_path / "a", cache, *small))))
+    assert within["epochs"] < 1 and "past one epoch" not in caplog.text
+    rows = within["train_tokens"] // 32 + 1  # a batch of this many 32-token windows reads the whole split
+    past = train(compose_config(clean(overrides(tmp_path / "b", cache, *small, f"train.batch_size={rows}"))))
+    said = f"this run reads its training split {past['epochs']:.1f} times ({past['train_tokens']} training tokens"
+    assert past["epochs"] > 2 and said in caplog.text and "past one epoch" in caplog.text
