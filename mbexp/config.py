@@ -246,6 +246,7 @@ def model_spec(cfg: Config, vocab_size: int):
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 SCHEMA_KEYS = tuple(_keys(Config()))
+BOOL_KEYS = tuple(k for k in SCHEMA_KEYS if isinstance(functools.reduce(getattr, k.split("."), Config()), bool))
 
 
 def compose_config(overrides: list[str], *, return_hydra_config: bool = False) -> DictConfig:

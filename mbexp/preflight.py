@@ -17,7 +17,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from mbexp.config import CONF_DIR, Config, ConfigError, compose_config, to_object
+from mbexp.config import BOOL_KEYS, CONF_DIR, Config, ConfigError, compose_config, to_object
 from mbexp.corpus_check import corpus_problem
 from mbexp.logger import wandb_dir, wandb_mode_problem
 
@@ -85,6 +85,9 @@ def check_overrides(args: list[str]) -> None:
         key, sep, value = arg.partition("=")
         if not sep and not key.startswith("~"):
             raise ConfigError(f"the override {arg!r} has no value: write {key}=VALUE")
+        if key.lstrip("+~") in BOOL_KEYS and (bad := [v for v in sweep_values(arg) or [value]
+                                                      if v.lower() not in ("true", "false")]):
+            raise ConfigError(f"{key.lstrip('+~')}={bad[0]} is not valid; choose one of: true, false")  # not yes, 2
         if sep and key.lstrip("+~") in seen:
             first = seen[key.lstrip("+~")]
             raise ConfigError(f"{key.lstrip('+~')} is given twice ({first} and {arg}): give each key once; a sweep "

@@ -448,6 +448,9 @@ PREFLIGHT = [
     ("a sweep of budgets", ["-m", "optim.schedule=wsd", "train.steps=16", "train.budgets=[8,16],[8,8]"], {},
      "error: train.budgets=[8, 8] must be distinct positive step counts"),
     ("choice()", ["-m", "optim.lr=choice(0.001,0)"], {}, "error: optim.lr=0.0 must be > 0"),
+    ("force=yes", ["force=yes"], {}, "error: force=yes is not valid; choose one of: true, false"),
+    ("a bool sweep with 2", ["-m", "model.bias=true,2"], {}, "error: model.bias=2 is not valid; choose one of: true, "
+                                                             "false"),
     ("an empty range()", ["-m", "seed=range(3,0)"], {}, "error: the sweep of seed holds no values (an empty range()"),
     ("a value twice", ["-m", "optim.lr=1e-3,0.001"], {}, "error: the sweep of optim.lr lists 0.001 twice "
                                                          "(optim.lr=0.001,0.001): each value would run twice"),
