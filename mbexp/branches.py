@@ -4,15 +4,13 @@ that budget would have saved it there; each smaller budget then resumes from it 
 
 import copy
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from mbexp import checkpoint
 from mbexp.config import Config
-from mbexp.io import FINISHED, read_summary
-from mbexp.run_state import RunState, early_step
+from mbexp.run_state import RunState, early_record, early_step, finished_summary, wandb_run_id
 from mbexp.schedule import cooldown_start
 
 
@@ -51,8 +49,7 @@ class Branch:
 
     def pending(self) -> bool:
         """Unfinished, and without a checkpoint at or past its cool-down start."""
-        summary = read_summary(self.directory) or {}
-        if summary.get("status") in FINISHED and summary.get("config_hash") == self.chash:
+        if finished_summary(self.directory, self.chash):
             return False
         state = checkpoint.load(self.directory, config_hash=self.chash)
         return state is None or state["step"] < self.start
@@ -85,13 +82,12 @@ class Trunk:
         """The checkpoint a standalone run of b's budget saves at b.start: the trunk's, with b's records."""
         records = [r for r in run.records if b.logs(r)] + run.branch_evals.get(b.key, [])
         records.sort(key=lambda r: (r["step"], "val_loss" in r))  # a step's train record, then its evaluation
-        early = next(({"early_step": r["step"], "early_val_loss": r["val_loss"], "early_val_bpb": r["val_bpb"]}
-                      for r in records if r["step"] == b.early and "val_loss" in r), {})
+        early = next((early_record(r) for r in records if r["step"] == b.early and "val_loss" in r), {})
         # without its early evaluation (a trunk resumed from a run that did not make it), or with a diverged one,
         # the budget trains alone, as a standalone run
         if b.early <= b.start and not (early and math.isfinite(early["early_val_loss"])):
             return None
-        wandb_id = f"{b.chash}-s{b.cfg.seed}-{int(time.time()) % 10**6:06d}"
         return run.state(learner.model, learner.optimizer, learner.batches) | {
-            "config_hash": b.chash, "metrics": records, "early": early, "wandb_id": wandb_id, "branch_evals": {},
+            "config_hash": b.chash, "metrics": records, "early": early, "wandb_id": wandb_run_id(b.chash, b.cfg.seed),
+            "branch_evals": {},
             "branched": {"step": run.step, "wall_time_s": round(run.wall_time(), 3)}}

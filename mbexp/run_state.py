@@ -34,10 +34,26 @@ def failure_text(exc: BaseException) -> str:
     return write_error(exc) or f"{type(exc).__name__}: {exc}"
 
 
+def finished_summary(directory: Path, chash: str) -> dict | None:
+    """The summary of a finished run of this config in `directory`, or None."""
+    summary = read_summary(directory)
+    return summary if summary and summary.get("status") in FINISHED and summary.get("config_hash") == chash else None
+
+
+def wandb_run_id(chash: str, seed: int) -> str:
+    """A new W&B run id for a run (a resumed run keeps its own): its config, seed and a start-time stamp."""
+    return f"{chash}-s{seed}-{int(time.time()) % 10**6:06d}"
+
+
+def early_record(record: dict) -> dict:
+    """A run's early evaluation (its summary's early_* keys) from its metrics record."""
+    return {"early_step": record["step"], "early_val_loss": record["val_loss"], "early_val_bpb": record["val_bpb"]}
+
+
 def finished(directory: Path, chash: str, force: bool) -> dict | None:
     """The summary of a finished run of this config (logged as skipped), unless force."""
-    summary = read_summary(directory)
-    if force or not summary or summary.get("status") not in FINISHED or summary.get("config_hash") != chash:
+    summary = None if force else finished_summary(directory, chash)
+    if summary is None:
         return None
     log.info("skip %s: already %s", directory, summary["status"])
     return summary
@@ -57,7 +73,7 @@ class RunState:
         self.step, self.train_time, self.wall_before = 0, 0.0, 0.0
         self.records: list[dict] = []
         self.status = "completed"
-        self.wandb_id = f"{chash}-s{cfg.seed}-{int(time.time()) % 10**6:06d}"
+        self.wandb_id = wandb_run_id(chash, cfg.seed)
         self.t0 = time.perf_counter()
         self.early: dict = {}
         self.meta: dict = {}
@@ -102,8 +118,7 @@ class RunState:
         rec = {"step": self.step, **values, "tokens": self.step * self.cfg.train.batch_size * self.cfg.model.seq_len}
         self.records.append(rec)
         if early:
-            self.early = {"early_step": self.step, "early_val_loss": values["val_loss"],
-                          "early_val_bpb": values["val_bpb"]}
+            self.early = early_record(rec)
         if self.ddp.is_main:
             path = self.dir / "metrics.jsonl"
             with named(path), open(path, "a") as f:
