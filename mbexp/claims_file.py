@@ -100,9 +100,9 @@ def _check_rows(rows, here: str) -> None:
             raise ClaimsError(f"{here}: rows key {key!r} is set by the study command itself ("
                               f"{', '.join(PROTOCOL_KEYS)}); a row varies another key")
         if not _in_identity(key):
-            from mbexp.config import CONF_DIR, SCHEMA_KEYS, unknown_key
+            from mbexp.config import GROUPS, SCHEMA_KEYS, unknown_key
 
-            known = identity_key(key) in SCHEMA_KEYS or (CONF_DIR / key).is_dir()  # arch: a group, not recorded
+            known = identity_key(key) in SCHEMA_KEYS or key in GROUPS  # arch: a group, not recorded
             near = "" if known else f" ({unknown_key(key)})"
             raise ClaimsError(f"{here}: rows key {key!r} is not recorded in a run's identity{near}, so the study "
                               "could not tell its rows apart; vary a config key that decides the numbers (ffn, "

@@ -13,6 +13,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError, OmegaConfBaseException
 
+from mbexp.names import AXES
 from mbexp.validate import ConfigError, validate
 
 
@@ -211,8 +212,7 @@ def _keys(node, prefix: str = "") -> list[str]:
 def unknown_key(key: str) -> str:
     """The error for a key the schema does not have, with the closest keys or config groups that it has (a group
     only the command line adds, as +experiment)."""
-    groups = [f"+{p.name}" if p.name in ("experiment", "arch") else p.name for p in sorted(CONF_DIR.iterdir())
-              if p.is_dir() and p.name != "hydra"]
+    groups = [f"+{g}" if g in ("experiment", "arch") else g for g in GROUPS]
     names = {g.lstrip("+"): g for g in groups} | {k: k for k in SCHEMA_KEYS}
     close = [names[k] for k in difflib.get_close_matches(key, names, n=3, cutoff=0.6)]
     close = close or [g for g in groups if key.startswith(g.lstrip("+"))]  # ffn_typo: ffn
@@ -222,7 +222,7 @@ def unknown_key(key: str) -> str:
     return f"{key} is not a config key" + (f"; the closest: {', '.join(close)}" if close else "")
 
 
-BLOCK_GROUPS = ("norm", "placement", "ffn", "hidden")
+BLOCK_GROUPS = tuple(AXES)
 
 
 def spec_key(field_name: str) -> str:
@@ -245,6 +245,7 @@ def model_spec(cfg: Config, vocab_size: int):
 
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+GROUPS = tuple(sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir() and p.name != "hydra"))  # norm=rms, ...
 SCHEMA_KEYS = tuple(_keys(Config()))
 BOOL_KEYS = tuple(k for k in SCHEMA_KEYS if isinstance(functools.reduce(getattr, k.split("."), Config()), bool))
 

@@ -14,6 +14,8 @@ HIDDEN_RULES = ("matched", "4d", "8_3d")
 POSITIONS = ("rope", "learned", "sinusoidal")
 QK_NORMS = ("none", "head", "proj")  # head: each head's dims (Gemma 3, Qwen 3); proj: the whole projection (OLMo 2)
 ARCHS = ("gpt2", "llama", "vaswani", "olmo2", "gemma")  # conf/arch presets
+# the block's axes, each a config group: a run's `axes`, a table's row order, the model contract's first fields
+AXES = {"norm": NORMS, "placement": PLACEMENTS, "ffn": FFNS, "hidden": HIDDEN_RULES}
 
 
 def misapplied_norm_option(norm: str, options: dict, defaults: dict) -> str | None:

@@ -17,11 +17,10 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from mbexp.config import BOOL_KEYS, CONF_DIR, Config, ConfigError, compose_config, to_object
+from mbexp.config import BOOL_KEYS, CONF_DIR, GROUPS, Config, ConfigError, compose_config, to_object
 from mbexp.corpus_check import corpus_problem
 from mbexp.logger import wandb_dir, wandb_mode_problem
 
-GROUPS = ("norm", "placement", "ffn", "hidden", "model", "data", "optim", "logger", "experiment", "arch")
 SKIP_FLAG = "--skip-impossible"  # run a sweep's possible combinations, skipping (and recording) the others
 SKIP_ENV = "MBEXP_SKIP_IMPOSSIBLE"  # set for the jobs of such a sweep
 # the most combinations of a sweep checked one by one before any job; past it, each value is checked beside the

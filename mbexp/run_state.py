@@ -17,6 +17,7 @@ from mbexp.declarations import covering
 from mbexp.io import FINISHED, json_line, named, read_summary, write_error, write_json, write_text
 from mbexp.migrate import SCHEMA, upgrade
 from mbexp.model import DecoderLM, flops_per_token
+from mbexp.names import AXES
 from mbexp.runs import config_hash, git_commit, identity_flat, job_command, row_name, variant_name, versions
 from mbexp.summary import RunSummary
 
@@ -108,8 +109,7 @@ class RunState:
 
     def wandb_info(self) -> dict:
         c = self.cfg
-        tags = [f"norm={c.norm.name}", f"placement={c.placement.name}", f"ffn={c.ffn.name}",
-                f"hidden={c.hidden.name}", f"warmup={c.optim.warmup_steps}"]
+        tags = [f"{axis}={getattr(c, axis).name}" for axis in AXES] + [f"warmup={c.optim.warmup_steps}"]
         config = asdict(c) | {"variant": self.variant, "run_dir": str(self.dir), **self.meta}
         return dict(run_id=self.wandb_id, name=f"{self.variant}/seed={c.seed}", group=self.variant,
                     job_type=c.name, tags=tags, config=config)
@@ -168,8 +168,7 @@ class RunState:
         summary = asdict(RunSummary(
             status=status, experiment=c.name, variant=self.variant, row=row_name(c),
             row_id=config_hash(c, without=("optim.warmup_steps",)), seed=c.seed, config_hash=self.chash,
-            axes={"norm": c.norm.name, "placement": c.placement.name, "ffn": c.ffn.name, "hidden": c.hidden.name,
-                  "warmup_steps": c.optim.warmup_steps},
+            axes={**{axis: getattr(c, axis).name for axis in AXES}, "warmup_steps": c.optim.warmup_steps},
             steps=c.train.steps, step=self.step, **self.meta, identity=identity_flat(c),
             early_tokens=early * tokens_per_step, **({"early_step": early} | self.early),
             final_val_loss=final.get("val_loss"), final_val_bpb=final.get("val_bpb"),

@@ -11,13 +11,12 @@ import pandas as pd
 
 from mbexp.io import STATUSES, SummaryError, is_int, is_number, read_regular, read_summary
 from mbexp.migrate import upgrade
-from mbexp.names import FFNS, HIDDEN_RULES, NORMS, PLACEMENTS
+from mbexp.names import AXES
 from mbexp.summary import NUMBERS as SUMMARY_NUMBERS
 from mbexp.summary import lr_problem
 
 log = logging.getLogger(__name__)
 
-AXES = {"norm": NORMS, "placement": PLACEMENTS, "ffn": FFNS, "hidden": HIDDEN_RULES}  # row order
 # RunSummary's fields: the text ones, the numbers a table cannot do without, and how the run computed
 STRINGS = ("status", "experiment", "variant", "row", "row_id")
 REQUIRED_NUMBERS = ("params", "d_ff", "early_val_loss", "final_val_loss", "final_val_bpb", "tokens_per_s", "step")
