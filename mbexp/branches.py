@@ -10,6 +10,7 @@ from pathlib import Path
 
 from mbexp import checkpoint
 from mbexp.config import Config
+from mbexp.io import SUMMARY
 from mbexp.run_state import RunState, early_record, early_step, finished_summary, wandb_run_id
 from mbexp.schedule import cooldown_start
 
@@ -46,6 +47,11 @@ class Branch:
     @property
     def key(self) -> str:
         return str(self.cfg.train.steps)
+
+    def restart(self) -> None:
+        """Forget this budget's run (force): the trunk saves its checkpoint anew."""
+        checkpoint.remove(self.directory)
+        (self.directory / SUMMARY).unlink(missing_ok=True)
 
     def pending(self) -> bool:
         """Unfinished, and without a checkpoint at or past its cool-down start."""

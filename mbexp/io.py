@@ -105,6 +105,8 @@ def write_json(path: str | Path, obj) -> None:
 # a run's statuses, in the order a table prefers them for one seed (the last wins); the finished ones a rerun
 # skips and a table counts
 STATUSES = ("running", "interrupted", "failed", "diverged", "completed")
+# a run folder's files (docs/runs.md): its summary, its metrics records, its resolved config
+SUMMARY, METRICS, CONFIG = "summary.json", "metrics.jsonl", "config.yaml"
 FINISHED = STATUSES[-2:]
 
 
@@ -133,8 +135,8 @@ def read_summary(path: str | Path, *, strict: bool = False) -> dict | None:
     """The summary.json at `path` (the file or its run directory): None when it is missing or unreadable,
     or with strict=True a SummaryError that names the file."""
     path = Path(path)
-    if path.name != "summary.json" and path.is_dir():
-        path = path / "summary.json"
+    if path.name != SUMMARY and path.is_dir():
+        path = path / SUMMARY
     try:
         summary = json.loads(read_regular(path).decode("utf-8"))
     except OSError as err:

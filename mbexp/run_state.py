@@ -14,7 +14,18 @@ from mbexp import checkpoint, distributed
 from mbexp.config import Config
 from mbexp.data import Batches, TokenData
 from mbexp.declarations import covering
-from mbexp.io import FINISHED, json_line, named, read_summary, write_error, write_json, write_text
+from mbexp.io import (
+    CONFIG,
+    FINISHED,
+    METRICS,
+    SUMMARY,
+    json_line,
+    named,
+    read_summary,
+    write_error,
+    write_json,
+    write_text,
+)
 from mbexp.migrate import SCHEMA, upgrade
 from mbexp.model import DecoderLM, flops_per_token
 from mbexp.names import AXES
@@ -103,8 +114,8 @@ class RunState:
                      "train_tokens": int(data.train.size), "precision": precision, "device": str(device),
                      "compiled": compiled}
         if self.ddp.is_main:
-            write_text(self.dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.structured(self.cfg)))
-            write_text(self.dir / "metrics.jsonl", "".join(json_line(r) for r in self.records))
+            write_text(self.dir / CONFIG, OmegaConf.to_yaml(OmegaConf.structured(self.cfg)))
+            write_text(self.dir / METRICS, "".join(json_line(r) for r in self.records))
             self.write_summary("running")
 
     def wandb_info(self) -> dict:
@@ -120,7 +131,7 @@ class RunState:
         if early:
             self.early = early_record(rec)
         if self.ddp.is_main:
-            path = self.dir / "metrics.jsonl"
+            path = self.dir / METRICS
             with named(path), open(path, "a") as f:
                 f.write(json_line(rec))
             logger.log({k: v for k, v in rec.items() if k != "step"}, step=self.step)
@@ -187,7 +198,7 @@ class RunState:
             declarations=self.declarations, branched=self.branched, error=error,
         ))
         if self.ddp.is_main:
-            write_json(self.dir / "summary.json", summary)
+            write_json(self.dir / SUMMARY, summary)
         return summary
 
     def finish(self, status: str, logger, error: str | None = None) -> dict:

@@ -152,8 +152,7 @@ def train(cfg) -> dict:
     branches = [Branch(c, run_dir(c), config_hash(c)) for c in configs[1:]]
     if cfg.force and ddp.is_main:  # every budget from scratch: the trunk saves the branches' checkpoints anew
         for b in branches:
-            checkpoint.remove(b.directory)
-            (b.directory / "summary.json").unlink(missing_ok=True)
+            b.restart()
     summaries = []
     for c in configs:
         summaries.append(_run(c, data, device, ddp, found, branches if c is configs[0] else []))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mbexp.io import STATUSES, SummaryError, is_int, is_number, read_regular, read_summary
+from mbexp.io import CONFIG, METRICS, STATUSES, SUMMARY, SummaryError, is_int, is_number, read_regular, read_summary
 from mbexp.migrate import upgrade
 from mbexp.names import AXES
 from mbexp.summary import NUMBERS as SUMMARY_NUMBERS
@@ -34,7 +34,7 @@ def collect_runs(results_dir, strict: bool = False, experiments=None) -> pd.Data
     rows = []
     folders = [Path(results_dir, "runs", e) for e in experiments] if experiments is not None else [
         Path(results_dir, "runs")]
-    for path in sorted(p for folder in folders for p in folder.rglob("summary.json")):
+    for path in sorted(p for folder in folders for p in folder.rglob(SUMMARY)):
         try:
             rows.append(read_record(path, strict=strict))
         except SummaryError as err:
@@ -54,7 +54,7 @@ def read_record(path: Path, *, strict: bool = False) -> dict:
     problem = _problem(summary)
     if problem:
         raise SummaryError(f"{path}: {problem}")
-    _check_metrics(path.parent / "metrics.jsonl")
+    _check_metrics(path.parent / METRICS)
     bad = {key: summary[key] for key in ("final_val_loss", "final_test_loss")
            if is_number(summary.get(key)) and not math.isfinite(summary[key])}
     if summary["status"] == "completed" and bad:
@@ -173,7 +173,7 @@ def load_curves(run_dirs) -> pd.DataFrame:
     """Eval records (run_dir, step, tokens, val_loss) from each run's metrics.jsonl; the last one per step wins."""
     records = []
     for run_dir in run_dirs:
-        path = Path(run_dir, "metrics.jsonl")
+        path = Path(run_dir, METRICS)
         try:
             lines = read_regular(path).decode("utf-8").splitlines()
         except FileNotFoundError:
@@ -195,7 +195,7 @@ def run_settings(run_dirs, section: str) -> dict:
 
     for run_dir in run_dirs:
         try:
-            config = yaml.safe_load(read_regular(Path(run_dir, "config.yaml")).decode("utf-8"))
+            config = yaml.safe_load(read_regular(Path(run_dir, CONFIG)).decode("utf-8"))
         except (OSError, UnicodeDecodeError, yaml.YAMLError):
             continue
         if isinstance(config, dict) and isinstance(config.get(section), dict):

@@ -11,6 +11,7 @@ import torch
 from mbexp import speed, validate
 from mbexp.config import Config, compose_config, model_spec, to_object
 from mbexp.data import TokenData, prepare
+from mbexp.io import METRICS
 from mbexp.model import DecoderLM, param_counts
 from mbexp.runs import run_dir
 from mbexp.schedule import lr_for
@@ -128,7 +129,7 @@ class Bench:
         summary = train(dcfg)
         resolved = to_object(dcfg)
         resolved.precision = summary["precision"]  # the run directory holds the precision auto resolved to
-        lines = (run_dir(resolved) / "metrics.jsonl").read_text().splitlines()
+        lines = (run_dir(resolved) / METRICS).read_text().splitlines()
         rates = [r["tokens_per_s"] for r in map(json.loads, lines) if "tokens_per_s" in r]
         return summary, rates[1:]
 
