@@ -10,8 +10,11 @@ INTERRUPTED = 130  # the exit code of every command stopped by Ctrl-C (128 + SIG
 
 def set_entry_defaults() -> None:
     """What an entry point sets before torch loads OpenMP, unless you set it yourself: OpenMP threads wait
-    passively, as spinning ones stall each other on a shared CPU (docs/speed.md, "OpenMP's wait policy")."""
+    passively, as spinning ones stall each other on a shared CPU (docs/speed.md, "OpenMP's wait policy"); the
+    processes it starts keep quiet about semaphores an interrupted joblib sweep leaves to their tracker."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # a stopped joblib sweep: its workers' semaphores are cleaned up, and the warning would bury the error line
+    os.environ.setdefault("PYTHONWARNINGS", "ignore::UserWarning:multiprocessing.resource_tracker")
 
 
 class Parser(argparse.ArgumentParser):

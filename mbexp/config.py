@@ -267,25 +267,33 @@ def compose_config(overrides: list[str], *, return_hydra_config: bool = False) -
         raise ConfigError(_one_line(exc)) from None
 
 
-def _unparsable(overrides: list[str]) -> str | None:
-    """The first override that Hydra's grammar cannot parse, or None."""
+@functools.cache
+def parsed(override: str):
+    """Hydra's reading of `override` (its key, its value: text stays text, 1.50 is a float), or None when its
+    grammar cannot parse it."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
-    parser = OverridesParser.create()
-    for override in overrides:
-        try:
-            parser.parse_overrides([override])
-        except HydraException:
-            return override
-    return None
+    try:
+        return OverridesParser.create().parse_override(override)
+    except HydraException:
+        return None
+
+
+def _unparsable(overrides: list[str]) -> str | None:
+    """The first override that Hydra's grammar cannot parse, or None."""
+    return next((o for o in overrides if parsed(o) is None), None)
+
+
+HYDRA_FUNCTIONS = "choice|range|interval|glob|shuffle|sort|tag|str|int|float|bool|json_str"  # its grammar's
 
 
 def hydra_override(key: str, value: str) -> str:
     """`key=value` that Hydra reads back as the text `value` whole: quoted, and escaped for Hydra and OmegaConf,
     unless plain (a comma would make it a sweep, `${` an interpolation, a space or `ü` a parse error)."""
-    if re.fullmatch(r"[\w./:+@%-]*", value, re.ASCII):
-        return f"{key}={value}"
+    plain = f"{key}={value}"
+    if re.fullmatch(r"[\w./:+@%-]*", value, re.ASCII) and parsed(plain) and parsed(plain).value() == value:
+        return plain  # not 1.50 (a float), null or true
     value = re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", value)  # OmegaConf: a literal ${
     value = re.sub(r'(\\*)(?="|$)', lambda m: m.group(1) * 2, value).replace('"', '\\"')  # Hydra's quoted string
     return f'{key}="{value}"'
@@ -307,8 +315,8 @@ def parse_hint(override: str) -> str:
         why, fix = f"{value} lists no values", f"{key}={value[:-1]}A,B)"
     else:  # a list, a dict or a sweep function left open; in other text a bracket is quoted
         for opening, closing in ("[]", "{}", "()"):
-            if re.match(rf"(\w+\()?\{opening}" if opening != "(" else r"\w+\(", value) and \
-                    value.count(opening) > value.count(closing):
+            start = rf"({HYDRA_FUNCTIONS})\(" if opening == "(" else rf"(({HYDRA_FUNCTIONS})\()?\{opening}"
+            if re.match(start, value) and value.count(opening) > value.count(closing):
                 missing = closing * (value.count(opening) - value.count(closing))
                 why, fix = f"an unclosed '{opening}'", f"{key}={value}{missing}"
     return f"cannot parse the override {override!r} (key {key}: {why}): write it as {shlex.quote(fix)}{note}"
@@ -316,7 +324,7 @@ def parse_hint(override: str) -> str:
 
 def _one_line(exc: Exception) -> str:
     """Hydra's message, with the first line of OmegaConf's reason when Hydra hides it ("Error merging override
-    model.bias=maybe: Value 'maybe' is not a valid bool (type str); choose one of: true, false"). A key the
+    train.steps=abc: Value 'abc' of type 'str' could not be converted to Integer"). A key the
     schema lacks is named with the closest valid ones (Hydra's own advice, the `+key` form, would add a key
     that nothing reads); an override Hydra cannot lex gets the quoting that works."""
     message, cause = str(exc).strip(), exc.__cause__

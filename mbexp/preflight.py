@@ -3,7 +3,6 @@ sweep Hydra will run (the experiment file's `hydra.sweeper.params` included), th
 Over 300 lines: every check shares one reading of the command line (its sweeps, as Hydra's parser expands them)."""
 
 import difflib
-import functools
 import itertools
 import os
 import shlex
@@ -11,13 +10,12 @@ import shutil
 from pathlib import Path
 
 from hydra._internal.utils import get_args_parser
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Glob
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from mbexp.config import BOOL_KEYS, CONF_DIR, GROUPS, Config, ConfigError, compose_config, to_object
+from mbexp.config import BOOL_KEYS, CONF_DIR, GROUPS, Config, ConfigError, compose_config, parsed, to_object
 from mbexp.corpus_check import corpus_problem
 from mbexp.logger import wandb_dir, wandb_mode_problem
 
@@ -84,23 +82,15 @@ def check_overrides(args: list[str]) -> None:
         key, sep, value = arg.partition("=")
         if not sep and not key.startswith("~"):
             raise ConfigError(f"the override {arg!r} has no value: write {key}=VALUE")
-        if key.lstrip("+~") in BOOL_KEYS and (bad := [v for v in sweep_values(arg) or [value]
-                                                      if v.lower() not in ("true", "false")]):
-            raise ConfigError(f"{key.lstrip('+~')}={bad[0]} is not valid; choose one of: true, false")  # not yes, 2
+        values = [v.strip("'\"") for v in sweep_values(arg) or [value]]  # quoted 'true' reads as true
+        if sep and key.lstrip("+") in BOOL_KEYS and (bad := [v for v in values if "${" not in v and v.lower() not in
+                                                          ("true", "false")]):
+            raise ConfigError(f"{key.lstrip('+')}={bad[0]} is not valid; choose one of: true, false")  # not yes, 2
         if sep and key.lstrip("+~") in seen:
             first = seen[key.lstrip("+~")]
             raise ConfigError(f"{key.lstrip('+~')} is given twice ({first} and {arg}): give each key once; a sweep "
                               f"lists its values in one override ({key}=a,b,c)")
         seen[key.lstrip("+~")] = arg
-
-
-@functools.cache
-def _parsed(override: str):
-    """Hydra's reading of `override`, or None when its grammar cannot parse it (composing it gives the hint)."""
-    try:
-        return OverridesParser.create().parse_override(override)
-    except HydraException:
-        return None
 
 
 def check_multirun(args: list[str]) -> None:
@@ -114,19 +104,19 @@ def check_multirun(args: list[str]) -> None:
 
 def _is_sweep(override: str) -> bool:
     """Whether Hydra reads `override` as a sweep (a,b / range() / choice() / glob() / interval())."""
-    return _parsed(override) is not None and _parsed(override).is_sweep_override()
+    return parsed(override) is not None and parsed(override).is_sweep_override()
 
 
 def sweep_values(override: str) -> list[str] | None:
     """The values Hydra's basic sweeper runs for `override` (a,b / choice() / range() / a config group's glob()),
     each written as it goes after `key=`; None for a single value."""
-    parsed = _parsed(override)
-    if parsed is None or not parsed.is_discrete_sweep():
+    sweep = parsed(override)
+    if sweep is None or not sweep.is_discrete_sweep():
         return None
-    if isinstance(parsed.value(), Glob):
-        group = CONF_DIR / parsed.key_or_group
-        return parsed.value().filter(sorted(p.stem for p in group.glob("*.yaml"))) if group.is_dir() else None
-    return list(parsed.sweep_string_iterator())
+    if isinstance(sweep.value(), Glob):
+        group = CONF_DIR / sweep.key_or_group
+        return sweep.value().filter(sorted(p.stem for p in group.glob("*.yaml"))) if group.is_dir() else None
+    return list(sweep.sweep_string_iterator())
 
 
 def _file_params(single: list[str]) -> list[str]:
@@ -302,7 +292,7 @@ def _compose(single: list[str], combination: list[str], composed: dict) -> DictC
         composed[groups] = compose_config([*single, *groups])
     cfg = composed[groups].copy()
     try:
-        for override in map(_parsed, (o for o in combination if not _is_group(o))):
+        for override in map(parsed, (o for o in combination if not _is_group(o))):
             if override is None or override.is_add():
                 raise ValueError("unparsable, or a new key")
             OmegaConf.update(cfg, override.key_or_group, override.value(), merge=True)

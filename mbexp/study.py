@@ -3,6 +3,7 @@ LR of its grid on the scan seeds, each row's LR is chosen on validation, then th
 (docs/studies.md). Every phase is an ordinary `mbexp.train` sweep, so a stopped study resumes by rerunning."""
 
 import argparse
+import contextlib
 import math
 import os
 import shlex
@@ -148,19 +149,24 @@ def choose(study: Study, results_dir) -> dict:
 
 
 def _run(argv: list[str], rerun: str) -> None:
-    """One sweep, waited for through a Ctrl-C (the terminal sends the sweep the same SIGINT) or a SIGTERM (passed
-    on to it): it stops its runs at a checkpoint and says so (exit 130); killed, it could lose their last steps."""
+    """One sweep in its own process group, waited for through a Ctrl-C or a SIGTERM, which the study passes on to
+    that whole group (its joblib workers too): the runs stop at a checkpoint and say so (exit 130)."""
     print("$", shlex.join(["python", *argv[1:]]), flush=True)
-    interrupted = []
-    sweep = subprocess.Popen(argv, env=os.environ | {RERUN_ENV: rerun})  # its Ctrl-C line names the study
+    interrupted, sweep = [], None
 
     def stop(signum, frame):
         interrupted.append(signum)
-        if signum == signal.SIGTERM:
-            sweep.send_signal(signum)
+        if sweep is not None:
+            with contextlib.suppress(ProcessLookupError):  # the sweep has just ended
+                os.killpg(sweep.pid, signum)
 
     previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
+        # its Ctrl-C line names the study; its own group, so that each signal reaches it once, from here
+        sweep = subprocess.Popen(argv, env=os.environ | {RERUN_ENV: rerun}, process_group=0)
+        for signum in interrupted:  # a signal before the sweep existed
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(sweep.pid, signum)
         code = sweep.wait()
     finally:
         for s, handler in previous.items():
@@ -202,11 +208,12 @@ def main(argv: list[str] | None = None) -> None:
                             results_dir=args.results)
         if args.dry_run:  # the scan's pre-flight, as mbexp.train runs it: every row, LR and seed checked
             from mbexp.config import ConfigError
+            from mbexp.corpus import CorpusError
             from mbexp.train import normalize_argv, preflight
 
             try:
                 preflight(normalize_argv(scan[2:])[1:], skip=False)
-            except ConfigError as exc:
+            except (ConfigError, CorpusError) as exc:
                 raise StudyError(f"the scan cannot run: {exc}") from None
             print(shlex.join(["python", *scan[1:]]))
             print("then, per row, its planned seeds at the LR the scan chose")

@@ -39,7 +39,8 @@ CLAIMS = (T + "test_claim_rules.py", T + "test_claims.py")
 SCALING = (T + "test_scaling_rules.py", T + "test_scaling.py")
 MUTANTS = [
     # rules a golden test alone would catch: each has a test of its own
-    Mutant("force_ignored", "mbexp/run_state.py", "if force or not summary or", "if not summary or",
+    Mutant("force_ignored", "mbexp/run_state.py", "summary = None if force else finished_summary(directory, chash)",
+           "summary = finished_summary(directory, chash)",
            (T + "test_resume.py::test_force_reruns_a_finished_run",)),
     Mutant("constant_lr", "mbexp/schedule.py",
            "warmup_steps=optim.warmup_steps, total_steps=total_steps, schedule=optim.schedule,",
@@ -72,8 +73,8 @@ MUTANTS = [
     Mutant("paired_ddof_0", "mbexp/analysis/stats.py", "diff.var(ddof=1)", "diff.var(ddof=0)", (T + "test_stats.py",)),
     Mutant("tost_one_side", "mbexp/analysis/stats.py", "ttost_mean(-margin, margin)[0]",
            "ttost_mean(-margin, margin)[1][1]", (T + "test_stats.py",)),
-    Mutant("mark_sign", "mbexp/analysis/stats.py", '"better" if delta < 0 else "worse"',
-           '"better" if delta > 0 else "worse"', (T + "test_stats.py",)),
+    Mutant("mark_sign", "mbexp/analysis/stats.py", "BETTER if delta < 0 else WORSE", "BETTER if delta > 0 else WORSE",
+           (T + "test_stats.py",)),
     Mutant("ties_choose_last", "mbexp/analysis/stats.py", "return min(finite, key=finite.get)",
            "return min(reversed(finite), key=finite.get)", (T + "test_stats.py", T + "test_table_rules.py")),
     Mutant("slow_start_raw_mad", "mbexp/analysis/stats.py", "spread = 1.4826 * (others - centre)",

@@ -214,3 +214,26 @@ def test_an_unknown_key_names_the_closest_keys_and_groups(key, closest):
     with pytest.raises(ConfigError) as err:
         to_object(compose_config([f"+{key}=1"]))
     assert str(err.value) == f"{key} is not a config key; the closest: {closest}"
+
+
+@pytest.mark.parametrize("value", ["1.50", "null", "true", "1e3", "nan"])
+def test_a_folder_named_like_a_number_is_quoted_to_stay_text(value):
+    from mbexp.config import hydra_override
+
+    assert hydra_override("results_dir", value) == f'results_dir="{value}"'
+    assert compose_config([hydra_override("results_dir", value)]).results_dir == value
+
+
+def test_a_word_before_a_bracket_is_quoted_unless_hydra_knows_the_function():
+    from mbexp.config import parse_hint
+
+    assert parse_hint("data.path=my(file.txt").endswith("""write it as 'data.path="my(file.txt"'""")
+    assert parse_hint("seed=choice(1,2").endswith("write it as 'seed=choice(1,2)'")
+
+
+@pytest.mark.parametrize("override", ["model.bias='true'", "model.bias=${model.tie_embeddings}", "~model.bias",
+                                      "model.bias=False"])
+def test_a_true_false_key_takes_what_hydra_reads_as_true_or_false(override):
+    from mbexp.preflight import check_overrides
+
+    check_overrides([override])  # no ConfigError: quoted, an interpolation, a deletion are Hydra's to read

@@ -25,8 +25,7 @@ def test_device_cuda_without_cuda_exits_2_with_one_line_and_no_run_directory(tmp
     (["norm=dyt", "norm.bias=true"],
      "error: norm.bias=True does not apply to norm=dyt; norm=dyt takes: norm.alpha_init"),
     (["-m", "seed=0,1", "compile=maybe"], "error: compile='maybe' is not valid; choose one of: auto, true, false"),
-    (["model.emb_scale=maybe"], "error: Error merging override model.emb_scale=maybe: Value 'maybe' is not a valid "
-                                "bool (type str); choose one of: true, false"),
+    (["model.emb_scale=maybe"], "error: model.emb_scale=maybe is not valid; choose one of: true, false"),
     (["train.steps=abc"], "error: Error merging override train.steps=abc: Value 'abc' of type 'str' could not be "
                           "converted to Integer"),
     # inside a sweep list, after a good value: no job runs, not even the good one

@@ -153,3 +153,13 @@ def test_a_row_whose_every_lr_diverged_is_no_choice(tmp_path):
         choose(study, tmp_path)
     frame = lr_scan.scan_frame(study, tmp_path)
     assert not frame[(frame["model"] == "ladder96") & (frame["ffn"] == "geglu")]["chosen"].any()
+
+
+def test_a_study_whose_overrides_do_not_compose_still_gets_its_cost():
+    # mbexp.train refuses such a study's runs; make table and make report must still say what it would cost
+    from mbexp.analysis.studies import per_run_steps
+    from mbexp.claims_file import parse_study
+
+    spec = {"experiment": "ffn_wsd_cpu", "rows": {"ffn": ["relu"]}, "lr_grid": [1e-3, 1e-2], "scan_seeds": [0],
+            "seeds": [1], "budgets": [300, 600], "overrides": ["optim.warmup_step=30"]}
+    assert per_run_steps(parse_study("s", spec, "x")) == 600 + 60

@@ -49,7 +49,8 @@ def test_sigkill_then_same_command_resumes_to_identical_results(tmp_path, cache)
     proc = popen_train(args)
     kill_when(proc, lambda: (directory / "checkpoint.prev.pt").exists())  # two checkpoints: step >= 20
     killed = json.loads((directory / "summary.json").read_text())
-    assert killed["status"] == "running" and killed["step"] >= 20 and killed["step"] % 10 == 0  # its checkpoint's
+    # a checkpoint's step (the kill may fall between the second checkpoint and its summary)
+    assert killed["status"] == "running" and killed["step"] >= 10 and killed["step"] % 10 == 0
     resumed = mbexp_train(args)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming" in resumed.stdout + resumed.stderr

@@ -117,3 +117,15 @@ def test_gpu_check_without_cuda_says_so_in_one_line(tmp_path):
     assert proc.returncode == 0 and proc.stderr == ""
     assert proc.stdout.startswith("gpu-check: no CUDA device visible") and proc.stdout.count("\n") == 1
     assert not out.exists()
+
+
+def test_every_mutant_breaks_a_line_that_exists_and_names_tests_that_do():
+    # make mutants: a snippet the code no longer holds would end as an error, never applied (docs/testing.md)
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mutants", REPO / "scripts" / "mutants.py")
+    mutants = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mutants)
+    found = {m.name: (REPO / m.path).read_text(encoding="utf-8").count(m.old) for m in mutants.MUTANTS}
+    missing = [t for m in mutants.MUTANTS for t in m.tests if not (REPO / t.split("::")[0]).is_file()]
+    assert len(found) >= 30 and set(found.values()) == {1} and not missing, (found, missing)

@@ -180,9 +180,13 @@ def test_ctrl_c_between_sweeps_is_one_line_with_the_command_as_typed(tmp_path, m
 
 SWEEP = """\
 import os, pathlib, signal, sys, time
-os.kill(os.getppid(), signal.SIGINT)  # the terminal's Ctrl-C reaches the study as well as its sweep
-time.sleep(0.5)  # the sweep finishes its step and writes its checkpoint
-pathlib.Path(sys.argv[1]).write_text("kept")
+got = []
+signal.signal(signal.SIGINT, lambda signum, frame: got.append(signum))
+os.kill(os.getppid(), signal.SIGINT)  # the terminal's Ctrl-C reaches the study, which passes it on to its sweep
+deadline = time.time() + 60
+while not got and time.time() < deadline:
+    time.sleep(0.01)
+pathlib.Path(sys.argv[1]).write_text("kept" if got else "never passed on")  # the sweep's checkpoint
 print(f"interrupted: the runs' checkpoints are kept; rerun {os.environ['MBEXP_RERUN']} to resume", file=sys.stderr)
 sys.exit(130)
 """
@@ -194,7 +198,7 @@ def test_ctrl_c_during_a_sweep_waits_for_its_checkpoint_and_is_one_line(tmp_path
     monkeypatch.setattr(study_cli, "scan_command", lambda *a, **k: [sys.executable, "-c", SWEEP, str(kept)])
     with pytest.raises(SystemExit) as stop:
         study_cli.main(["tiny", "--results", str(tmp_path)])
-    assert stop.value.code == 130 and kept.exists()  # not killed before its checkpoint
+    assert stop.value.code == 130 and kept.read_text() == "kept"  # passed on, and not killed before its checkpoint
     assert [line for line in capfd.readouterr().err.splitlines() if line.startswith("interrupted")] == [
         f"interrupted: the runs' checkpoints are kept; rerun python -m mbexp.study tiny --results {tmp_path} to "
         "resume"]
@@ -357,6 +361,16 @@ def test_a_dry_run_checks_the_scan_as_mbexp_train_would_and_runs_nothing(tmp_pat
     assert stop.value.code == 2 and capsys.readouterr().err.splitlines() == [
         "error: the scan cannot run: ffn='reluu' is not valid; choose one of: bilinear, geglu, gelu, glu, reglu, relu, "
         "swiglu, swish"]
+
+
+def test_a_dry_run_names_a_missing_corpus_in_one_line(tmp_path, capsys):
+    (tmp_path / "claims.yaml").write_text(STUDY.format(cache=tmp_path).replace(
+        "overrides: [", f"overrides: [data=text, data.path={tmp_path / 'missing.txt'}, "))
+    with pytest.raises(SystemExit) as stop:
+        study_cli.main(["tiny", "--results", str(tmp_path), "--dry-run"])
+    assert stop.value.code == 2 and capsys.readouterr().err.splitlines() == [
+        f"error: the scan cannot run: data.path={tmp_path / 'missing.txt'} does not exist (no file, folder or glob "
+        "match)"]
 
 
 def test_a_results_folder_without_a_claims_file_is_named(tmp_path, capsys):

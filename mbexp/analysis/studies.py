@@ -1,6 +1,7 @@
 """Declared LR studies in the tables (docs/studies.md): each row's LR as its study's scan chose it, whether every
 run of the row sits at it, and the compute a study spent against the naive grid of separate runs."""
 
+import contextlib
 import math
 from functools import cache
 from pathlib import Path
@@ -8,7 +9,7 @@ from pathlib import Path
 from mbexp.analysis.render import setting
 from mbexp.analysis.table import Table
 from mbexp.claims_file import Study, load_studies
-from mbexp.config import CONF_DIR, OptimConfig, compose_config
+from mbexp.config import CONF_DIR, ConfigError, OptimConfig, compose_config
 from mbexp.io import is_number, read_summary
 from mbexp.schedule import cooldown_start
 from mbexp.study import StudyError, choose, row_of
@@ -78,10 +79,11 @@ def cooldown_fraction(study: Study) -> float:
 
 @cache
 def _fraction(experiment: str, overrides: tuple[str, ...]) -> float:
-    if not (CONF_DIR / "experiment" / f"{experiment}.yaml").is_file():  # a study of runs made elsewhere
-        return float(dict(o.split("=", 1) for o in overrides).get("optim.cooldown_fraction",
-                                                                  OptimConfig.cooldown_fraction))
-    return float(compose_config([f"+experiment={experiment}", *overrides]).optim.cooldown_fraction)
+    if (CONF_DIR / "experiment" / f"{experiment}.yaml").is_file():
+        with contextlib.suppress(ConfigError):  # overrides mbexp.train would refuse: the study's runs never ran
+            return float(compose_config([f"+experiment={experiment}", *overrides]).optim.cooldown_fraction)
+    return float(dict(o.split("=", 1) for o in overrides).get("optim.cooldown_fraction",
+                                                              OptimConfig.cooldown_fraction))
 
 
 def cost(study: Study, results_dir) -> dict:
