@@ -11,7 +11,7 @@ from pathlib import Path
 from mbexp import checkpoint
 from mbexp.config import Config
 from mbexp.io import SUMMARY
-from mbexp.run_state import RunState, early_record, early_step, finished_summary, wandb_run_id
+from mbexp.run_state import RunState, early_record, early_step, finished_summary, tokens_per_step, wandb_run_id
 from mbexp.schedule import cooldown_start
 
 
@@ -79,7 +79,7 @@ class Trunk:
         for b in self.branches:
             if run.step == b.early <= b.start and not any(r["step"] == b.early and "val_loss" in r
                                                            for r in run.records):
-                tokens = run.step * b.cfg.train.batch_size * b.cfg.model.seq_len
+                tokens = run.step * tokens_per_step(b.cfg)
                 run.branch_evals[b.key] = [{"step": run.step, **self.evaluate(), "tokens": tokens}]
             if run.step == b.start and run.ddp.is_main and b.pending() and (state := self.state(b, run, learner)):
                 checkpoint.save(b.directory, state)

@@ -52,6 +52,11 @@ def finished_summary(directory: Path, chash: str) -> dict | None:
     return summary if summary and summary.get("status") in FINISHED and summary.get("config_hash") == chash else None
 
 
+def tokens_per_step(cfg: Config) -> int:
+    """Tokens one optimiser step reads: its batch of seq_len-token windows."""
+    return cfg.train.batch_size * cfg.model.seq_len
+
+
 def wandb_run_id(chash: str, seed: int) -> str:
     """A new W&B run id for a run (a resumed run keeps its own): its config, seed and a start-time stamp."""
     return f"{chash}-s{seed}-{int(time.time()) % 10**6:06d}"
@@ -126,7 +131,7 @@ class RunState:
                     job_type=c.name, tags=tags, config=config)
 
     def record(self, values: dict, logger, *, early: bool = False) -> None:
-        rec = {"step": self.step, **values, "tokens": self.step * self.cfg.train.batch_size * self.cfg.model.seq_len}
+        rec = {"step": self.step, **values, "tokens": self.step * tokens_per_step(self.cfg)}
         self.records.append(rec)
         if early:
             self.early = early_record(rec)
@@ -173,15 +178,15 @@ class RunState:
         trains = [r for r in self.records if "train_loss" in r]
         final_train = trains[-1]["train_loss"] if status == "completed" and trains else None
         rates = sorted(r["tokens_per_s"] for r in trains if "tokens_per_s" in r)
-        tokens_per_step = c.train.batch_size * c.model.seq_len
-        tokens, early = self.step * tokens_per_step, early_step(c.train.steps)
+        per_step = tokens_per_step(c)
+        tokens, early = self.step * per_step, early_step(c.train.steps)
         train_tokens = self.meta.get("train_tokens")
         summary = asdict(RunSummary(
             status=status, experiment=c.name, variant=self.variant, row=row_name(c),
             row_id=config_hash(c, without=("optim.warmup_steps",)), seed=c.seed, config_hash=self.chash,
             axes={**{axis: getattr(c, axis).name for axis in AXES}, "warmup_steps": c.optim.warmup_steps},
             steps=c.train.steps, step=self.step, **self.meta, identity=identity_flat(c),
-            early_tokens=early * tokens_per_step, **({"early_step": early} | self.early),
+            early_tokens=early * per_step, **({"early_step": early} | self.early),
             final_val_loss=final.get("val_loss"), final_val_bpb=final.get("val_bpb"),
             final_test_loss=final.get("test_loss"), final_test_bpb=final.get("test_bpb"),
             # the mean train loss of the last log interval, and its gap to validation (negative: the model fits
@@ -191,7 +196,7 @@ class RunState:
             tokens_seen=tokens, epochs=round(tokens / train_tokens, 4) if train_tokens else None,
             wall_time_s=round(self.wall_time(), 3), compile_s=self.compile_s(),
             # compile warm-up excluded: the timed steps only
-            tokens_per_s=round(self.timed_steps * tokens_per_step / self.train_time, 1) if self.train_time else None,
+            tokens_per_s=round(self.timed_steps * per_step / self.train_time, 1) if self.train_time else None,
             # the median over log intervals: less sensitive to a moment of load on a shared machine
             tokens_per_s_median=round(statistics.median(rates), 1) if rates else None,
             git_commit=git_commit(), versions=versions(), wandb_id=self.wandb_id, command=job_command(),

@@ -20,7 +20,7 @@ from mbexp.data import Batches, TokenData, prepare
 from mbexp.logger import NullLogger, make_logger
 from mbexp.model import DecoderLM, param_counts
 from mbexp.progress import progress_bar
-from mbexp.run_state import RunState, early_step, failure_text, finished
+from mbexp.run_state import RunState, early_step, failure_text, finished, tokens_per_step
 from mbexp.runs import RunBusy, RunLock, config_hash, run_dir
 from mbexp.schedule import lr_for
 from mbexp.stop import StopRequest
@@ -187,7 +187,7 @@ def _train(cfg: Config, data: TokenData, directory: Path, chash: str, device: to
            ddp: distributed.Dist, found: dict, branches: list[Branch]) -> dict:
     if cfg.force and ddp.is_main:
         checkpoint.remove(directory)
-    epochs = cfg.train.steps * cfg.train.batch_size * cfg.model.seq_len / max(int(data.train.size), 1)
+    epochs = cfg.train.steps * tokens_per_step(cfg) / max(int(data.train.size), 1)
     if epochs > 1 and ddp.is_main:  # repeated text: the run measures memorising as much as the architecture
         log.warning("this run reads its training split %.1f times (%d training tokens in data=%s): past one epoch",
                     epochs, data.train.size, cfg.data.name)
@@ -241,7 +241,7 @@ def _evaluate_val(learner: Learner, cfg: Config) -> dict:
 def _loop(learner: Learner, run: RunState, logger, stop: StopRequest, trunk: Trunk) -> None:
     cfg, t = run.cfg, learner
     steps, o, tcfg = cfg.train.steps, cfg.optim, cfg.train
-    tokens_per_step = tcfg.batch_size * cfg.model.seq_len
+    per_step = tokens_per_step(cfg)
     diverge_above = tcfg.diverge_factor * math.log(t.model.spec.vocab_size)
     early = early_step(steps)
     timed = 0  # steps since the last log line that count for tokens/s
@@ -270,7 +270,7 @@ def _loop(learner: Learner, run: RunState, logger, stop: StopRequest, trunk: Tru
             if timed:
                 run.train_time += now - t_last
                 run.timed_steps += timed
-                values["tokens_per_s"] = timed * tokens_per_step / (now - t_last)
+                values["tokens_per_s"] = timed * per_step / (now - t_last)
                 bar.set_postfix(loss=f"{train_loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{values['tokens_per_s']:,.0f}")
             run.record(values, logger)
             run.loss_sum.zero_()

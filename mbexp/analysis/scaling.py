@@ -22,7 +22,7 @@ from mbexp.analysis.ladder_draws import (  # noqa: F401 - LEVEL, resampled_means
     trend_of,
 )
 from mbexp.analysis.powerlaw import Curve, crossover, fit, multiplier
-from mbexp.analysis.sizes import PER_RUNG, SIZE_KEYS, is_ladder  # noqa: F401 - re-exported: a ladder's rules
+from mbexp.analysis.sizes import PER_RUNG, SIZE_KEYS, is_ladder, variant_and_size  # noqa: F401 - re-exported
 from mbexp.analysis.table import Table, setting
 
 BUDGET_KEY = "train.steps"
@@ -63,9 +63,8 @@ def ladder_points(table: Table) -> tuple[pd.DataFrame, str]:
     runs = table.runs[table.runs["chosen"] & (table.runs["status"] == "completed")].copy()
     drop = {*SIZE_KEYS, *PER_RUNG, BUDGET_KEY, table.tuned}
     ident = list(table.runs["identity"])
-    runs["_variant"] = [json.dumps({k: v for k, v in i.items() if k not in drop}, sort_keys=True)
-                        for i in runs["identity"]]
-    runs["_size"] = [tuple(json.dumps(i.get(k)) for k in SIZE_KEYS) for i in runs["identity"]]
+    runs["_variant"], runs["_size"] = zip(*(variant_and_size(i, drop) for i in runs["identity"])) if len(runs) \
+        else ([], [])
     names = _variant_names(runs)
     varying = [k for k in SIZE_KEYS if len({json.dumps(i.get(k)) for i in ident}) > 1]
     records = []

@@ -11,7 +11,7 @@ import pandas as pd
 
 from mbexp.analysis import stats
 from mbexp.analysis.collect import AXES, collect_runs, order_key
-from mbexp.analysis.sizes import PER_RUNG, SIZE_KEYS, is_ladder
+from mbexp.analysis.sizes import PER_RUNG, is_ladder, variant_and_size
 from mbexp.declarations import BASELINE, DEFAULT_MARGIN
 from mbexp.io import FINISHED
 from mbexp.migrate import identity_values
@@ -294,12 +294,8 @@ def own_baselines(table: Table, base: str) -> dict[str, str | None]:
     variant's row at the row's own size, None where that size has none."""
     if not is_ladder(table):
         return dict.fromkeys(table.rows["label"], base)
-    drop = {*SIZE_KEYS, *PER_RUNG, table.column, table.tuned}
-    keys = {}
-    for label, group in table.runs.groupby("label", sort=False):
-        identity = group["identity"].iloc[0]
-        keys[label] = (json.dumps({k: v for k, v in identity.items() if k not in drop}, sort_keys=True),
-                       tuple(json.dumps(identity.get(k)) for k in SIZE_KEYS))
+    keys = {label: variant_and_size(group["identity"].iloc[0], {*PER_RUNG, table.column, table.tuned})
+            for label, group in table.runs.groupby("label", sort=False)}
     of_key = {key: label for label, key in keys.items()}
     return {label: of_key.get((keys[base][0], keys[label][1])) for label in table.rows["label"]}
 
