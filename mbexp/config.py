@@ -246,8 +246,9 @@ def model_spec(cfg: Config, vocab_size: int):
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = tuple(sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir() and p.name != "hydra"))  # norm=rms, ...
-SCHEMA_KEYS = tuple(_keys(Config()))
-BOOL_KEYS = tuple(k for k in SCHEMA_KEYS if isinstance(functools.reduce(getattr, k.split("."), Config()), bool))
+_DEFAULTS = Config()
+SCHEMA_KEYS = tuple(_keys(_DEFAULTS))
+BOOL_KEYS = tuple(k for k in SCHEMA_KEYS if isinstance(functools.reduce(getattr, k.split("."), _DEFAULTS), bool))
 
 
 def compose_config(overrides: list[str], *, return_hydra_config: bool = False) -> DictConfig:

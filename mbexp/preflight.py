@@ -33,7 +33,8 @@ def hydra_flags(args: list[str]) -> bool:
 
 def check_flags(args: list[str]) -> None:
     """A flag that is neither mbexp's nor Hydra's (argparse would print Hydra's usage, naming train.py)."""
-    options = sorted(get_args_parser()._option_string_actions)
+    parser = get_args_parser()
+    options = sorted(parser._option_string_actions)
     long = [o for o in options if o.startswith("--")]
     for arg in args:
         if arg == "--":
@@ -47,8 +48,6 @@ def check_flags(args: list[str]) -> None:
         raise ConfigError(f"unknown flag {flag}{hint}; python -m mbexp.train takes -m/--multirun, {SKIP_FLAG} and "
                           f"Hydra's flags: {', '.join(long)}")
     if not {"-h", "--help", "--hydra-help", "--version"} & set(args):  # those print and exit in Hydra's argparse
-        parser = get_args_parser()
-
         def refuse(message: str):  # a flag's value (--cfg without one, --multirun=true): argparse's usage block
             raise ConfigError(f"{message}; see python -m mbexp.train --help")
 

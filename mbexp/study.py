@@ -154,19 +154,21 @@ def _run(argv: list[str], rerun: str) -> None:
     print("$", shlex.join(["python", *argv[1:]]), flush=True)
     interrupted, sweep = [], None
 
+    def forward(signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError):  # the sweep has just ended
+            os.killpg(sweep.pid, signum)
+
     def stop(signum, frame):
         interrupted.append(signum)
         if sweep is not None:
-            with contextlib.suppress(ProcessLookupError):  # the sweep has just ended
-                os.killpg(sweep.pid, signum)
+            forward(signum)
 
     previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         # its Ctrl-C line names the study; its own group, so that each signal reaches it once, from here
         sweep = subprocess.Popen(argv, env=os.environ | {RERUN_ENV: rerun}, process_group=0)
         for signum in interrupted:  # a signal before the sweep existed
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(sweep.pid, signum)
+            forward(signum)
         code = sweep.wait()
     finally:
         for s, handler in previous.items():

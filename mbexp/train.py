@@ -158,8 +158,9 @@ def preflight(args: list[str], skip: bool) -> list[Config]:
     check_overrides(args)
     check_group_choices(args)
     configs, failures, total = check_config(args)
-    _, lists = sweep_of(args)
-    product = math.prod(len(values) for values in lists.values())
+    if failures:  # each of the sweep's combinations, or each value beside the others' first (over 512)
+        _, lists = sweep_of(args)
+        product = math.prod(len(values) for values in lists.values())
     if failures and not skip:
         commands = split_commands(args, failures) if total == product else []
         if commands:  # stdout: the error stays one line on stderr
