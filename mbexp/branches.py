@@ -11,7 +11,16 @@ from pathlib import Path
 from mbexp import checkpoint
 from mbexp.config import Config
 from mbexp.io import SUMMARY
-from mbexp.run_state import RunState, early_record, early_step, finished_summary, tokens_per_step, wandb_run_id
+from mbexp.run_state import (
+    RunState,
+    early_record,
+    early_step,
+    evaluates_at,
+    finished_summary,
+    logs_at,
+    tokens_per_step,
+    wandb_run_id,
+)
 from mbexp.schedule import cooldown_start
 
 
@@ -63,9 +72,7 @@ class Branch:
     def logs(self, record: dict) -> bool:
         """Whether a standalone run of this budget logs `record` (a trunk record before its cool-down)."""
         t = self.cfg.train
-        if "val_loss" in record:
-            return record["step"] % t.eval_every == 0 or record["step"] == self.early
-        return record["step"] % t.log_every == 0
+        return (evaluates_at if "val_loss" in record else logs_at)(record["step"], t, t.steps)
 
 
 class Trunk:

@@ -4,11 +4,11 @@
 import math
 import re
 from dataclasses import dataclass
-from functools import cache
 from itertools import product
 from pathlib import Path
 
 from mbexp.io import is_int, is_number, read_regular
+from mbexp.schedule import BUDGETS_RULE, valid_budgets
 
 CLAIMS_FILE = "claims.yaml"
 STUDY_KEYS = ("experiment", "rows", "lr_grid", "scan_seeds", "seeds", "budgets", "select_at", "overrides", "note",
@@ -18,6 +18,13 @@ SCAN_SUFFIX = "_scan"  # a study's scan runs live in their own experiment: its s
 # what the study command sets on every run itself: neither a row key nor an override may set it again
 PROTOCOL_KEYS = ("experiment", "name", "optim.schedule", "optim.lr", "seed", "train.steps", "train.budgets",
                  "results_dir", "hydra/launcher", "hydra.launcher")
+
+
+def claims_path(results_dir) -> Path | None:
+    """<results_dir>/claims.yaml, or None when nothing is there; a folder, a FIFO or a broken link there is returned,
+    so that reading it is refused rather than passed over."""
+    path = Path(results_dir, CLAIMS_FILE)
+    return path if path.exists() or path.is_symlink() else None
 
 
 class ClaimsError(ValueError):
@@ -65,21 +72,13 @@ def _owned(key: str, rows=()) -> bool:
     return key in rows or any(key == k or key.startswith(f"{k}.") for k in PROTOCOL_KEYS)
 
 
-@cache
-def _parser():
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    return OverridesParser.create()
-
-
 def _not_one_value(override: str, exact: bool) -> str:
     """Why Hydra would read `override` (key=value) as a sweep, a list or (`exact`) not as the value written; ''
     when it reads one value."""
-    from hydra.errors import HydraException
+    from mbexp.config import parsed as hydra_reading
 
-    try:
-        parsed = _parser().parse_override(override)
-    except HydraException:
+    parsed = hydra_reading(override)
+    if parsed is None:
         return "Hydra cannot parse it"
     value, written = parsed.value(), override.partition("=")[2]
     if parsed.is_sweep_override():
@@ -238,8 +237,8 @@ def parse_study(name: str, spec, where: str, studies: dict | None = None) -> Stu
     if not isinstance(grid, list) or len(grid) < 2 or not all(finite_number(v) and v > 0 for v in grid) \
             or len({float(v) for v in grid}) < len(grid):
         raise ClaimsError(f"{here}: lr_grid must list at least two positive learning rates, each once, got {grid!r}")
-    if not int_list(budgets) or not budgets or min(budgets) < 1 or len(set(budgets)) < len(budgets):
-        raise ClaimsError(f"{here}: budgets must be distinct positive step counts, got {budgets!r}")
+    if not int_list(budgets) or not valid_budgets(budgets):
+        raise ClaimsError(f"{here}: budgets must be {BUDGETS_RULE}, got {budgets!r}")
     for key in ("scan_seeds", "seeds"):
         if not seed_list(spec[key]):
             raise ClaimsError(f"{here}: {key} must be {SEED_LIST}, got {spec[key]!r}")
@@ -264,8 +263,8 @@ def parse_study(name: str, spec, where: str, studies: dict | None = None) -> Stu
 
 def load_studies(results_dir) -> dict[str, Study]:
     """The studies declared in <results_dir>/claims.yaml ({} without the file)."""
-    path = Path(results_dir) / CLAIMS_FILE
-    if not path.exists():
+    path = claims_path(results_dir)
+    if path is None:
         return {}
     data = read_file(path)
     where = f"claims file {path}"

@@ -13,16 +13,17 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError, OmegaConfBaseException
 
-from mbexp.names import AXES
+from mbexp import RESULTS_DIR
+from mbexp.names import AXES, NORM_DEFAULTS
 from mbexp.validate import ConfigError, validate
 
 
 @dataclass
 class NormConfig:
     name: str = "layer"
-    eps: float = 1e-5
-    bias: bool = False  # LayerNorm only
-    alpha_init: float = 0.5  # DyT only: the initial value of its learnable scalar alpha (Zhu et al. 2025's default)
+    eps: float = NORM_DEFAULTS["eps"]
+    bias: bool = NORM_DEFAULTS["bias"]  # LayerNorm only
+    alpha_init: float = NORM_DEFAULTS["alpha_init"]  # DyT only: the initial value of its learnable scalar alpha
 
 
 @dataclass
@@ -130,7 +131,7 @@ class Config:
     precision: str = "auto"
     compile: str = "auto"  # auto: when the run is long enough to pay it back on its device (docs/speed.md)
     force: bool = False  # rerun from scratch even if the run completed or has a checkpoint
-    results_dir: str = "results"
+    results_dir: str = RESULTS_DIR
     norm: NormConfig = field(default_factory=NormConfig)
     placement: PlacementConfig = field(default_factory=PlacementConfig)
     ffn: FFNConfig = field(default_factory=FFNConfig)

@@ -143,11 +143,8 @@ def load_text(path: str) -> list[str]:
     """A user's corpus through datasets' text loader, one document per paragraph."""
     from datasets import load_dataset
 
-    files = text_files(path)
-    if not files:
-        raise CorpusError(f"data.path={path} is a folder with no files")
-    text_fingerprint(path)  # a file that is not UTF-8 stops here, named
-    files = [f for f in files if os.path.getsize(f) > 0]  # datasets fails on empty files instead of skipping them
+    text_fingerprint(path)  # a folder with no files, or a file that is not UTF-8, stops here, named
+    files = [f for f in text_files(path) if os.path.getsize(f) > 0]  # datasets fails on empty files
     if not files:
         return []
     ds = load_dataset("text", data_files=files, sample_by="paragraph", split="train")

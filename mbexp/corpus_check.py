@@ -12,6 +12,17 @@ def tokens_needed(seq_len: int) -> int:
     return seq_len + 2
 
 
+def needed_splits(test_fraction: float) -> list[str]:
+    """The splits a run reads: train and val, and test when data.test_fraction holds one out."""
+    return [s for s in SPLITS if s != "test" or test_fraction]
+
+
+def too_short(name: str, split: str, holds: str, seq_len: int) -> str:
+    """The error for a split that `holds` too few tokens for one window of seq_len."""
+    return (f"data={name}: the {'validation' if split == 'val' else split} split {holds}, too few for "
+            f"model.seq_len={seq_len} (needs at least {tokens_needed(seq_len)}); add text or shorten model.seq_len")
+
+
 def too_few_documents(name: str, counts: dict, val_fraction: float, test_fraction: float) -> str:
     """The error for splits left without a document: `counts` maps each split to its documents."""
     return (f"data={name}: {sum(counts.values())} documents are too few for data.val_fraction={val_fraction} and "
@@ -27,7 +38,7 @@ def corpus_problem(d, seq_len: int) -> str | None:
     if d.name not in ("bigtxt", "text"):
         return None  # a hub corpus: its size is known once it is loaded
     size = _size(d.name, d.path)
-    needed = [s for s in SPLITS if s != "test" or d.test_fraction]
+    needed = needed_splits(d.test_fraction)
     share = min((1 - d.val_fraction - d.test_fraction, d.val_fraction, d.test_fraction)[:len(needed)])
     if d.max_docs is None and share * size > 4 * need:
         return None
@@ -37,9 +48,8 @@ def corpus_problem(d, seq_len: int) -> str | None:
     for split in needed:
         docs, text = splits[split]
         if docs + text < need:
-            return (f"data={d.name}: the {'validation' if split == 'val' else split} split holds at most {docs + text} "
-                    f"tokens ({text} bytes in {docs} documents), too few for model.seq_len={seq_len} "
-                    f"(needs at least {need}); add text or shorten model.seq_len")
+            return too_short(d.name, split, f"holds at most {docs + text} tokens ({text} bytes in {docs} documents)",
+                             seq_len)
     return None
 
 

@@ -19,7 +19,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from tqdm.auto import tqdm
 
 from mbexp.corpus import SPLITS, CorpusError, documents, split_of
-from mbexp.corpus_check import tokens_needed, too_few_documents
+from mbexp.corpus_check import needed_splits, tokens_needed, too_few_documents, too_short
 from mbexp.io import atomic_write, file_lock, write_json
 
 EOT = "<|endoftext|>"
@@ -188,7 +188,7 @@ def prepare(data_cfg, *, seq_len: int) -> TokenData:
 
     key = cache_key(counted(), vocab_size=data_cfg.vocab_size, min_frequency=data_cfg.min_frequency,
                     val_fraction=data_cfg.val_fraction, test_fraction=data_cfg.test_fraction)
-    if not counts["train"] or not counts["val"] or (data_cfg.test_fraction and not counts["test"]):
+    if not all(counts[s] for s in needed_splits(data_cfg.test_fraction)):
         raise CorpusError(too_few_documents(data_cfg.name, counts, data_cfg.val_fraction, data_cfg.test_fraction))
     path = Path(data_cfg.cache_dir) / f"{data_cfg.name}-{key}"
     data = load_cache(path)
@@ -198,14 +198,9 @@ def prepare(data_cfg, *, seq_len: int) -> TokenData:
                 path, data_cfg.name, docs, fractions=fractions, counts=counts,
                 vocab_size=data_cfg.vocab_size, min_frequency=data_cfg.min_frequency,
             )
-    for split, arr in (("train", data.train), ("validation", data.val), ("test", data.test)):
-        if split == "test" and not data_cfg.test_fraction:
-            continue
-        if arr.size < tokens_needed(seq_len):
-            raise CorpusError(
-                f"data={data_cfg.name}: the {split} split has {arr.size} tokens, too few for "
-                f"model.seq_len={seq_len} (needs at least {tokens_needed(seq_len)}); add text or shorten model.seq_len"
-            )
+    for split in needed_splits(data_cfg.test_fraction):
+        if (size := getattr(data, split).size) < tokens_needed(seq_len):
+            raise CorpusError(too_short(data_cfg.name, split, f"has {size} tokens", seq_len))
     return data
 
 
@@ -256,10 +251,6 @@ class Batches:
         n = min(n_windows, (size - 1) // self.seq_len)
         stride = (size - 1 - self.seq_len) // max(n - 1, 1)
         return np.arange(n) * stride
-
-    @property
-    def val_starts(self) -> np.ndarray:
-        return self.starts["val"]
 
     def _windows(self, tokens: np.ndarray, starts: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         idx = starts[:, None] + np.arange(self.seq_len + 1)  # (B, T + 1)

@@ -10,7 +10,15 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mbexp.claims_file import CLAIMS_FILE, SEED_LIST, ClaimsError, finite_number, parse_studies, read_file, seed_list
+from mbexp.claims_file import (
+    SEED_LIST,
+    ClaimsError,
+    claims_path,
+    finite_number,
+    parse_studies,
+    read_file,
+    seed_list,
+)
 from mbexp.io import is_int
 
 log = logging.getLogger(__name__)
@@ -28,6 +36,11 @@ STANDINGS = CONFIRMATORY, EXPLORATORY = ("confirmatory", "exploratory")
 HYPOTHESES = (BETTER, WORSE, EQUIVALENT, "ordering")
 STATISTICS = ("delta", "sensitivity", "sensitivity_diff", "trend")
 DEFAULT_MARGIN = 0.02
+MARGIN_RULE = "a positive, finite number of nats"  # every margin: claims file, claim, make table --margin
+
+
+def valid_margin(value) -> bool:
+    return finite_number(value) and value > 0
 TOP_KEYS = ("margin", "claims", "studies")
 PROSE = ("claim", "paper", "paper_numbers", "note")  # free text: not part of the digest
 KEYS = ("id", *PROSE, "experiment", "at", "baseline", "rows", "pairs", "hypothesis", "statistic", "margin", "seeds",
@@ -98,8 +111,8 @@ def parse_claims(data, where: str) -> list[Claim]:
 
 
 def _margin(value, where: str) -> float:
-    if not finite_number(value) or value <= 0:
-        raise ClaimsError(f"{where} must be a positive finite number of nats, got {value!r}")
+    if not valid_margin(value):
+        raise ClaimsError(f"{where} must be {MARGIN_RULE}, got {value!r}")
     return float(value)
 
 
@@ -200,16 +213,15 @@ def check_consistent(claims: list[Claim], where: str) -> None:
 
 def check(results_dir) -> None:
     """Refuse a broken claims file before any job (ClaimsError); a results folder without one is fine."""
-    path = Path(results_dir, CLAIMS_FILE)
-    if path.exists() or path.is_symlink():  # a folder, a FIFO or a broken link there is refused, not passed over
+    if path := claims_path(results_dir):
         load_claims(path)
 
 
 def covering(results_dir, experiment: str) -> dict[str, str]:
     """claim id -> digest for the declared claims of `experiment`: what a run records at launch. A missing file
     gives {}; a broken one (refused before any job by `python -m mbexp.train`) a warning and {}."""
-    path = Path(results_dir, CLAIMS_FILE)
-    if not (path.exists() or path.is_symlink()):
+    path = claims_path(results_dir)
+    if path is None:
         return {}
     try:
         claims = load_claims(path)

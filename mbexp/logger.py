@@ -37,6 +37,11 @@ def wandb_mode_problem() -> str | None:
     return f"WANDB_MODE={mode!r} (environment) is not valid; choose one of: {', '.join(WANDB_MODES)}"
 
 
+def wandb_mode(logger_cfg) -> str:
+    """The W&B mode a run logs in: $WANDB_MODE, else logger.mode."""
+    return os.environ.get("WANDB_MODE", logger_cfg.mode)
+
+
 def wandb_dir(logger_cfg) -> str:
     """Where wandb/ goes: logger.dir, or $WANDB_DIR while logger.dir keeps its default (as `make table` does)."""
     return os.environ.get("WANDB_DIR", logger_cfg.dir) if logger_cfg.dir == "." else logger_cfg.dir
@@ -52,7 +57,7 @@ class WandbLogger:
 
         directory = wandb_dir(logger_cfg)
         Path(directory, "wandb").mkdir(parents=True, exist_ok=True)
-        mode = os.environ.get("WANDB_MODE", logger_cfg.mode)
+        mode = wandb_mode(logger_cfg)
         init = dict(project=logger_cfg.project, entity=logger_cfg.entity, dir=directory, id=run_id, resume="allow",
                     name=name, group=group, job_type=job_type, tags=tags, config=config, reinit="finish_previous")
         if mode != "online":

@@ -5,6 +5,8 @@ model.ffn.ACTIVATIONS, model.FINAL_NORM, ...) is keyed by exactly these names, w
 NORMS = ("layer", "rms", "dyt")
 # the norm.* options each norm takes; any other norm.* key must keep its default (mbexp.validate)
 NORM_OPTIONS = {"layer": ("eps", "bias"), "rms": ("eps",), "dyt": ("alpha_init",)}
+# each option's default: NormConfig's and the norm classes' (alpha_init: Zhu et al. 2025's initial alpha)
+NORM_DEFAULTS = {"eps": 1e-5, "bias": False, "alpha_init": 0.5}
 PLACEMENTS = ("pre", "post", "peri", "output", "deepnorm")
 FFNS = ("relu", "gelu", "swish", "glu", "bilinear", "reglu", "geglu", "swiglu")
 GATED = ("glu", "bilinear", "reglu", "geglu", "swiglu")
@@ -13,17 +15,16 @@ GELUS = ("exact", "tanh")
 HIDDEN_RULES = ("matched", "4d", "8_3d")
 POSITIONS = ("rope", "learned", "sinusoidal")
 QK_NORMS = ("none", "head", "proj")  # head: each head's dims (Gemma 3, Qwen 3); proj: the whole projection (OLMo 2)
-ARCHS = ("gpt2", "llama", "vaswani", "olmo2", "gemma")  # conf/arch presets
 # the block's axes, each a config group: a run's `axes`, a table's row order, the model contract's first fields
 AXES = {"norm": NORMS, "placement": PLACEMENTS, "ffn": FFNS, "hidden": HIDDEN_RULES}
 
 
-def misapplied_norm_option(norm: str, options: dict, defaults: dict) -> str | None:
+def misapplied_norm_option(norm: str, options: dict) -> str | None:
     """The error for the first norm.* option that `norm` does not take (NORM_OPTIONS) yet is set away from its
-    default, else None. Config validation asks it with NormConfig's defaults, norms.build_norm with the norms'."""
+    default (NORM_DEFAULTS), else None: config validation and norms.build_norm both ask it."""
     takes = NORM_OPTIONS[norm]
     for key, value in options.items():
-        if key not in takes and value != defaults[key]:
+        if key not in takes and value != NORM_DEFAULTS[key]:
             return (f"norm.{key}={value} does not apply to norm={norm}; "
                     f"norm={norm} takes: {', '.join(f'norm.{k}' for k in takes)}")
     return None

@@ -92,13 +92,26 @@ def check_overrides(args: list[str]) -> None:
         seen[key.lstrip("+~")] = arg
 
 
-def check_multirun(args: list[str]) -> None:
-    """A sweep without -m (Hydra's own error, "Ambiguous value", does not say how to run it)."""
+def check_multirun(args: list[str]) -> str | None:
+    """A sweep without -m (Hydra's own error, "Ambiguous value", does not say how to run it), and a sweep of
+    experiment files that sweep themselves (Hydra would drop their sweeps). Returns a warning line for an
+    experiment file's sweep run without -m: one job, at the values its file sets."""
     # with --multirun, or one of Hydra's own flags (--cfg, --info), Hydra reads the command
     sweeps = [] if any(a.startswith("-") for a in args) else [a for a in args if _is_sweep(a)]
     if sweeps:
         raise ConfigError(f"{sweeps[0]} is a sweep (one job per value): add -m to run it, or give "
                           f"{sweeps[0].partition('=')[0].lstrip('+~')} one value")
+    experiments = [a for a in args if a.lstrip("+").startswith("experiment=")]
+    if "--multirun" in args and experiments and (values := sweep_values(experiments[0])):
+        if swept := [v for v in values if _file_params([f"+experiment={v}"])]:
+            raise ConfigError(f"{experiments[0]} sweeps experiments that sweep themselves ({', '.join(swept)}: "
+                              "hydra.sweeper.params), which a sweep over experiments drops; run each as its own -m")
+    elif "--multirun" not in args and experiments and not hydra_flags(args):
+        given = {a.partition("=")[0].lstrip("+~") for a in args}
+        if unset := [p.partition("=")[0] for p in _file_params(experiments) if p.partition("=")[0] not in given]:
+            return (f"warning: {experiments[0]} sweeps {', '.join(unset)} (hydra.sweeper.params); without -m this "
+                    "runs one job, each of them at its default: add -m to run the sweep")
+    return None
 
 
 def _is_sweep(override: str) -> bool:
@@ -250,11 +263,15 @@ def check_environment(configs: list[Config], args: list[str]) -> None:
     if (problem := wandb_mode_problem()) and any(c.logger.name == "wandb" for c in configs):
         raise ConfigError(problem)
     world = os.environ.get("WORLD_SIZE", "1")
+    if not world.isdigit() or int(world) > 1 and not os.environ.get("RANK", "").isdigit():
+        raise ConfigError(f"WORLD_SIZE={world!r} (environment) needs a whole number of ranks, and beside it each "
+                          "rank's RANK: launch with torchrun, or unset WORLD_SIZE")
     for c in configs:
         if world.isdigit() and int(world) > 1 and c.train.batch_size % int(world):
             raise ConfigError(f"train.batch_size={c.train.batch_size} does not divide among WORLD_SIZE={world} "
                               f"ranks (torchrun); choose a multiple of {world}")
         _check_folder("results_dir", c.results_dir)
+        _check_folder("data.cache_dir", c.data.cache_dir)
         if c.logger.name == "wandb":  # W&B makes <logger.dir>/wandb, or <$WANDB_DIR>/wandb while logger.dir is "."
             env = c.logger.dir == "." and "WANDB_DIR" in os.environ
             _check_folder("WANDB_DIR" if env else "logger.dir", wandb_dir(c.logger), "wandb",
@@ -262,6 +279,11 @@ def check_environment(configs: list[Config], args: list[str]) -> None:
     launchers = [a.partition("=")[2] for a in args if a.lstrip("+").startswith("hydra/launcher=")]
     for arg in args:
         key, _, value = arg.partition("=")
+        if key in ("hydra.run.dir", "hydra.sweep.dir"):
+            _check_folder(key, value)
+        if key == "hydra.job.chdir" and value.lower() == "true":  # results_dir would resolve in Hydra's folder
+            raise ConfigError("hydra.job.chdir=true runs each job in Hydra's dated folder, where a relative "
+                              "results_dir or data.cache_dir would put its run out of reach of a rerun; leave it out")
         if key.startswith("hydra.launcher.") and not launchers:  # Hydra: "Could not override", nothing more
             raise ConfigError(f"{arg} sets an option of a launcher the command does not choose; add "
                               "hydra/launcher=joblib (n_jobs: runs side by side) or hydra/launcher=slurm")

@@ -40,6 +40,16 @@ def early_step(steps: int) -> int:
     return max(1, steps // 8)
 
 
+def logs_at(step: int, train, steps: int) -> bool:
+    """Whether a run of `steps` steps writes a train record (loss, lr, tokens/s) after `step`."""
+    return step % train.log_every == 0 or step == steps
+
+
+def evaluates_at(step: int, train, steps: int) -> bool:
+    """Whether a run of `steps` steps evaluates on validation after `step`: every eval_every, early, and last."""
+    return step % train.eval_every == 0 or step in (early_step(steps), steps)
+
+
 def failure_text(exc: BaseException) -> str:
     """What a failed run's summary and error line say: the path and errno of a disk that takes no more
     writes, else the exception."""

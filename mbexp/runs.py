@@ -11,9 +11,10 @@ from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
 
-from mbexp.config import Config, ModelConfig
+from mbexp.config import Config
 from mbexp.io import file_lock
-from mbexp.migrate import ADDED_LATER, flat, hashed_identity, pop_key, recorded_identity
+from mbexp.migrate import ADDED_LATER, UNTAGGED_PRESET, flat, hashed_identity, pop_key, recorded_identity
+from mbexp.names import AXES
 
 # keys that change where or how a run is logged, not what it computes
 NOT_IDENTITY = ("seed", "name", "force", "results_dir", "device", "logger", "slurm", "data.cache_dir",
@@ -50,9 +51,9 @@ def row_name(cfg: Config) -> str:
     tags = [tag.format(values[key]) for key, tag in ROW_TAGS.items() if values[key] != ADDED_LATER[key]]
     if cfg.model.pos == "sinusoidal":  # rope and learned rows predate the tags: their names stay as they were
         tags.append("sinusoidal")
-    if cfg.model.name != ModelConfig.name:  # a size preset (model=small, model=ladder96) names its row
+    if cfg.model.name != UNTAGGED_PRESET:  # a size preset (model=small, model=ladder96) names its row
         tags.append(cfg.model.name)
-    return "-".join([cfg.norm.name, cfg.placement.name, cfg.ffn.name, cfg.hidden.name, *tags])
+    return "-".join([*(getattr(cfg, axis).name for axis in AXES), *tags])
 
 
 def variant_name(cfg: Config) -> str:

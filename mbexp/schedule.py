@@ -2,6 +2,8 @@
 
 import math
 
+from mbexp.io import is_int
+
 # optim.schedule -> the learning rate after warm-up, given the peak lr, the floor and the decay progress in [0, 1]
 SCHEDULES = {
     "cosine": lambda lr, floor, progress: floor + (lr - floor) * 0.5 * (1 + math.cos(math.pi * progress)),
@@ -42,6 +44,13 @@ def lr_at(step: int, *, lr: float, warmup_steps: int, total_steps: int, schedule
     return SCHEDULES[schedule](lr, lr * min_lr_ratio, progress)
 
 
+BUDGETS_RULE = "distinct positive step counts"  # train.budgets, and a declared study's budgets
+
+
+def valid_budgets(budgets) -> bool:
+    return bool(budgets) and all(is_int(b) and b >= 1 for b in budgets) and len(set(budgets)) == len(budgets)
+
+
 def wsd_problem(optim, train) -> str | None:
     """What is wrong with the cool-down settings and train.budgets (docs/usage.md), or None: every budget must be
     distinct and positive, and cool down after its warm-up."""
@@ -53,8 +62,8 @@ def wsd_problem(optim, train) -> str | None:
     if budgets is not None and o.schedule != "wsd":
         return (f"train.budgets={list(budgets)} needs optim.schedule=wsd (got {o.schedule}): only a "
                 "warm-up-stable-decay run shares its trunk between budgets")
-    if budgets is not None and (not budgets or min(budgets) < 1 or len(set(budgets)) < len(budgets)):
-        return f"train.budgets={list(budgets)} must be distinct positive step counts"
+    if budgets is not None and not valid_budgets(budgets):
+        return f"train.budgets={list(budgets)} must be {BUDGETS_RULE}"
     for steps in budgets or ([train.steps] if o.schedule == "wsd" else []):
         start = cooldown_start(steps, o.cooldown_fraction)
         if start < o.warmup_steps or start == steps:

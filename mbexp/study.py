@@ -13,8 +13,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from mbexp import INTERRUPTED, RERUN_ENV, Parser
-from mbexp.claims_file import CLAIMS_FILE, ClaimsError, Study, identity_key, load_studies
+from mbexp import INTERRUPTED, RERUN_ENV, RESULTS_DIR, Parser
+from mbexp.claims_file import CLAIMS_FILE, ClaimsError, Study, claims_path, identity_key, load_studies
 from mbexp.config import hydra_override
 from mbexp.declarations import check as check_claims
 from mbexp.io import FINISHED, SummaryError, is_number, read_summary
@@ -37,7 +37,7 @@ class Choice:
 
 def load_study(results_dir, name: str) -> Study:
     """The study `name` declared in <results_dir>/claims.yaml."""
-    if not Path(results_dir, CLAIMS_FILE).exists():
+    if claims_path(results_dir) is None:
         raise StudyError(f"{Path(results_dir) / CLAIMS_FILE} does not exist: a study is declared under `studies:` "
                          "there (docs/studies.md); give --results the folder that holds it")
     studies = load_studies(results_dir)
@@ -63,13 +63,14 @@ def _lr(value: float) -> str:
     return repr(float(value))
 
 
-def scan_command(study: Study, *, jobs: int = 1, results_dir: str = "results") -> list[str]:
+def scan_command(study: Study, *, jobs: int = 1, results_dir: str = RESULTS_DIR) -> list[str]:
     """The scan: every row x every LR of the grid x the scan seeds, each at every budget (WSD branches)."""
     rows = [f"{key}={','.join(str(v) for v in values)}" for key, values in study.rows.items()]
     return _sweep(study, study.scan_experiment, study.scan_seeds, study.lr_grid, rows, jobs, results_dir)
 
 
-def confirm_commands(study: Study, choices: dict, *, jobs: int = 1, results_dir: str = "results") -> list[list[str]]:
+def confirm_commands(study: Study, choices: dict, *, jobs: int = 1, results_dir: str = RESULTS_DIR
+                     ) -> list[list[str]]:
     """One sweep per row: its planned seeds at its chosen LR."""
     return [_sweep(study, study.experiment, study.seeds, [choices[values].lr], study.row_overrides(values), jobs,
                    results_dir) for values in study.row_values()]
@@ -193,7 +194,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     parser = Parser(prog="python -m mbexp.study", description=__doc__)
     parser.add_argument("name", help="a study declared under `studies:` in <results>/claims.yaml")
-    parser.add_argument("--results", default="results")
+    parser.add_argument("--results", default=RESULTS_DIR)
     parser.add_argument("--jobs", type=_jobs, default=1, help="runs side by side (joblib launcher)")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     args = parser.parse_args(argv)

@@ -6,6 +6,10 @@ from dataclasses import dataclass, field, fields
 from mbexp.io import is_number
 from mbexp.migrate import SCHEMA
 
+# flops_per_token's formula (mbexp.model.flops_terms counts its terms; tables and the bench print it)
+FLOPS_FORMULA = "6*N_matmul + 12*n_layers*d_model*seq_len"
+N_MATMUL = "N_matmul = every nn.Linear weight, the tied LM head included (embedding lookups and norm gains excluded)"
+
 
 def _number():
     return field(default=None, metadata={"number": True})

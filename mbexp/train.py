@@ -161,6 +161,8 @@ def preflight(args: list[str], skip: bool) -> list[Config]:
     if failures:  # each of the sweep's combinations, or each value beside the others' first (over 512)
         _, lists = sweep_of(args)
         product = math.prod(len(values) for values in lists.values())
+    if failures and skip and len(failures) == total:
+        raise ConfigError(f"{SKIP_FLAG} leaves nothing to run: {impossible_line(failures, total, len(lists), product)}")
     if failures and not skip:
         commands = split_commands(args, failures) if total == product else []
         if commands:  # stdout: the error stays one line on stderr
@@ -201,16 +203,21 @@ def main() -> None:
     sys.argv = normalize_argv([a for a in sys.argv if a != SKIP_FLAG])
     os.environ.pop(SKIP_ENV, None)  # set below for a sweep's jobs only: one inherited would skip bad jobs silently
     try:
-        check_multirun(sys.argv[1:])
+        warning = check_multirun(sys.argv[1:])
         configs = preflight(sys.argv[1:], skip)
         for results_dir in dict.fromkeys(c.results_dir for c in configs):
             check_claims(results_dir)  # a broken claims file stops here: its runs could record no declaration
-    except (ConfigError, CorpusError, ClaimsError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (ConfigError, CorpusError, ClaimsError) as exc:  # one line, though Hydra's own message has several
+        print("error: " + " ".join(line.strip() for line in str(exc).splitlines() if line.strip()), file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt:  # during the checks: nothing has started
+        print("interrupted before any job started", file=sys.stderr)
+        sys.exit(mbexp.INTERRUPTED)
     except OSError as exc:  # recording the skipped combinations
         print(f"error: {write_error(exc) or exc}", file=sys.stderr)
         sys.exit(1)
+    if warning:
+        print(warning, file=sys.stderr)
     register()
     # Hydra raises a job's exception here rather than exiting 1 itself: the exit code then says what failed
     # (2: the input, 1: a run, 3: a run left to another process) under any launcher

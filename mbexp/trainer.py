@@ -20,7 +20,7 @@ from mbexp.data import Batches, TokenData, prepare
 from mbexp.logger import NullLogger, make_logger
 from mbexp.model import DecoderLM, param_counts
 from mbexp.progress import progress_bar
-from mbexp.run_state import RunState, early_step, failure_text, finished, tokens_per_step
+from mbexp.run_state import RunState, early_step, evaluates_at, failure_text, finished, logs_at, tokens_per_step
 from mbexp.runs import RunBusy, RunLock, config_hash, run_dir
 from mbexp.schedule import lr_for
 from mbexp.stop import StopRequest
@@ -263,7 +263,7 @@ def _loop(learner: Learner, run: RunState, logger, stop: StopRequest, trunk: Tru
             t_last, first = now, False
         else:
             timed += 1
-        if run.step % tcfg.log_every == 0 or run.step == steps:
+        if logs_at(run.step, tcfg, steps):
             train_loss = distributed.mean(run.loss_sum / run.n_losses, run.ddp).item()  # one host sync per interval
             now = time.perf_counter()
             values = {"train_loss": train_loss, "lr": lr, "grad_norm": grad_norm.item()}
@@ -281,15 +281,14 @@ def _loop(learner: Learner, run: RunState, logger, stop: StopRequest, trunk: Tru
                 run.status = "diverged"
                 break
             t_last = time.perf_counter()
-        if run.step % tcfg.eval_every == 0 or run.step in (early, steps):
+        if evaluates_at(run.step, tcfg, steps):
             t_eval = time.perf_counter()
-            val_loss, val_bpb = evaluate(t.model, t.batches, t.device, t.precision, tcfg.batch_size)
-            values = {"val_loss": val_loss, "val_bpb": val_bpb}
+            values = _evaluate_val(t, cfg)
             if run.step == steps and len(t.batches.starts["test"]):  # the held-out split, scored once at the end
                 values["test_loss"], values["test_bpb"] = evaluate(t.model, t.batches, t.device, t.precision,
                                                                    tcfg.batch_size, "test")
             run.record(values, logger, early=run.step == early)
-            if not math.isfinite(val_loss):
+            if not math.isfinite(values["val_loss"]):
                 run.status = "diverged"
                 break
             t_last += time.perf_counter() - t_eval  # evaluation time is not training throughput

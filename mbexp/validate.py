@@ -25,6 +25,8 @@ class ConfigError(ValueError):
 
 # an experiment name is one folder under results/runs/ and the stem of its table files
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+PROJECT = re.compile(r"[^/\\#?%:]{1,128}")  # the W&B project names its API accepts
+MIN_VOCAB = 260  # byte-level BPE: its 256 byte tokens and the end-of-text token, with a few merges to spare
 SEEDS = 2**32  # a seed lies in [0, SEEDS): 32 bits, which torch and numpy's legacy seeding both take
 
 
@@ -83,9 +85,13 @@ def validate(cfg) -> object:
     for key, value in _floats(cfg):  # nan compares false with every bound below: reject it first
         if not math.isfinite(value):
             raise ConfigError(f"{key}={value} must be a finite number")
-    if not str(cfg.results_dir).strip():
-        raise ConfigError(f"results_dir={cfg.results_dir!r} is not valid; give the folder for the runs and Hydra's "
-                          "logs (default: results)")
+    for key, value, what in (("results_dir", cfg.results_dir, "the runs and Hydra's logs (default: results)"),
+                             ("data.cache_dir", cfg.data.cache_dir, "the token caches (default: data_cache)")):
+        if not str(value).strip():
+            raise ConfigError(f"{key}={value!r} is not valid; give the folder for {what}")
+    if not PROJECT.fullmatch(cfg.logger.project):
+        raise ConfigError(f"logger.project={cfg.logger.project!r} is not valid; W&B takes up to 128 characters "
+                          "without / \\ # ? % or :")
     if not NAME.fullmatch(cfg.name):
         raise ConfigError(f"name={cfg.name!r} is not valid; use letters, digits, '.', '_' and '-', starting with a "
                           "letter or digit (it names a folder under results/runs/)")
@@ -116,8 +122,9 @@ def validate(cfg) -> object:
         ("train.log_every", cfg.train.log_every, 1),
         ("train.checkpoint_every", cfg.train.checkpoint_every, 1),
         ("hidden.multiple_of", cfg.hidden.multiple_of, 1),
-        ("data.vocab_size", cfg.data.vocab_size, 260),
+        ("data.vocab_size", cfg.data.vocab_size, MIN_VOCAB),
         ("data.val_windows", cfg.data.val_windows, 1),
+        ("data.min_frequency", cfg.data.min_frequency, 0),
         ("seed", cfg.seed, 0),
     ]:
         _at_least(key, value, low)
@@ -188,7 +195,6 @@ def _check_model_options(cfg) -> None:
         raise ConfigError(f"ffn.gelu={cfg.ffn.gelu} applies only to ffn={' or ffn='.join(GELU_FFNS)}; "
                           f"with ffn={cfg.ffn.name} leave ffn.gelu=exact")
     _above("norm.eps", cfg.norm.eps, 0)
-    options = {key: getattr(cfg.norm, key) for key in ("eps", "bias", "alpha_init")}
-    defaults = {key: getattr(type(cfg.norm), key) for key in options}
-    if message := names.misapplied_norm_option(cfg.norm.name, options, defaults):
+    options = {key: getattr(cfg.norm, key) for key in names.NORM_DEFAULTS}
+    if message := names.misapplied_norm_option(cfg.norm.name, options):
         raise ConfigError(message)

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 GPU_PRESETS = ("shazeer_ffn", "norm_placement", "warmup_sensitivity")  # conf/experiment, sized for a GPU
 STEPS = ("tests", "bench", "presets")
 SUMMARY_KEYS = ("status", "steps", "final_val_loss", "final_test_loss", "tokens_per_s", "tokens_per_s_median",
-                "params", "wall_s", "compiled", "compile_s", "precision", "device")
+                "params", "wall_time_s", "compiled", "compile_s", "precision", "device")
 
 
 def log(msg: str) -> None:

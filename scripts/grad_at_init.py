@@ -19,7 +19,7 @@ import pandas as pd
 import torch
 from matplotlib.figure import Figure
 
-from mbexp import Parser
+from mbexp import RESULTS_DIR, Parser
 from mbexp.config import compose_config, model_spec, to_object
 from mbexp.data import Batches, prepare
 from mbexp.io import write_text
@@ -69,7 +69,7 @@ def main() -> None:
     parser = Parser(prog="python scripts/grad_at_init.py", description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--seeds", type=int, default=4)
-    parser.add_argument("--out", type=Path, default=Path("results"))
+    parser.add_argument("--out", type=Path, default=Path(RESULTS_DIR))
     args = parser.parse_args()
     torch.set_num_threads(1)  # one summation order: the committed numbers reproduce exactly
     cfg = to_object(compose_config(["model=tiny", "ffn=relu", "norm=layer"]))

@@ -10,7 +10,7 @@ import errno
 import sys
 from pathlib import Path
 
-from mbexp import Parser
+from mbexp import INTERRUPTED, RESULTS_DIR, Parser
 from mbexp.analysis.claims import ClaimsError
 from mbexp.analysis.report import blocks, splice
 from mbexp.claims_file import CLAIMS_FILE
@@ -25,7 +25,7 @@ def oserror(err: OSError) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="python scripts/make_report.py", description=__doc__)
-    parser.add_argument("--results", type=Path, default=Path("results"))
+    parser.add_argument("--results", type=Path, default=Path(RESULTS_DIR))
     parser.add_argument("--claims", type=Path, help="claims file (default: RESULTS/claims.yaml)")
     parser.add_argument("--readme", type=Path, default=Path("README.md"))
     parser.add_argument("--page", type=Path, default=Path("docs/results.md"))
@@ -45,11 +45,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {path} is not UTF-8 ({err.reason} at byte {err.start}); save it as UTF-8", file=sys.stderr)
             return 2
     try:
-        texts = {key: splice(old[key], *block) for key, block in blocks(args.results, args.claims or
-                                                                        args.results / CLAIMS_FILE).items()}
+        found = blocks(args.results, args.claims or args.results / CLAIMS_FILE)
     except (ClaimsError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    texts = {}
+    for key, block in found.items():
+        try:
+            texts[key] = splice(old[key], *block)
+        except ValueError as err:  # its markers are missing: the generated block has nowhere to go
+            print(f"error: {paths[key]} ({FLAGS[key]}): {err}; give {FLAGS[key]} the file that holds them",
+                  file=sys.stderr)
+            return 2
     stale = [key for key in FLAGS if old[key] != texts[key]]
     if args.check:
         for key in stale:
@@ -67,4 +74,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("interrupted: each text is replaced in one step, so none is half written; rerun make report",
+              file=sys.stderr)
+        sys.exit(INTERRUPTED)

@@ -11,7 +11,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from mbexp import INTERRUPTED, Parser
+from mbexp import INTERRUPTED, RESULTS_DIR, Parser
 
 SKIPPED = 4  # tables written, but some file was left out (each named in a `warning:` line)
 
@@ -25,13 +25,15 @@ def baseline_arg(text: str) -> tuple[str, str]:
 
 
 def margin_arg(text: str) -> float:
-    """Parse an equivalence margin: a positive, finite number of nats."""
+    """Parse an equivalence margin (declarations.MARGIN_RULE)."""
+    from mbexp.declarations import MARGIN_RULE, valid_margin
+
     try:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"expected a positive, finite number of nats, got {text!r}")
+    if not valid_margin(value):
+        raise argparse.ArgumentTypeError(f"expected {MARGIN_RULE}, got {text!r}")
     return value
 
 
@@ -72,7 +74,7 @@ def resume_command(command: str | None, results: Path) -> str:
     here = hydra_override("results_dir", str(results))
     given = [re.match(r"\+?results_dir=", a) is not None for a in args]
     moved = [here if g else a for a, g in zip(args, given)]
-    if not any(given) and results != Path("results"):  # the command relied on the default results_dir
+    if not any(given) and results != Path(RESULTS_DIR):  # the command relied on the default results_dir
         moved.append(here)
     return shlex.join(moved)
 
@@ -129,7 +131,8 @@ def _main(argv: list[str] | None) -> int:
     from mbexp.analysis.ladder_draws import RESAMPLES
 
     parser = Parser(prog="python scripts/make_table.py", description=__doc__)
-    parser.add_argument("--results", type=Path, default=Path("results"), help="results directory (default: results)")
+    parser.add_argument("--results", type=Path, default=Path(RESULTS_DIR),
+                        help=f"results directory (default: {RESULTS_DIR})")
     parser.add_argument("--strict", action="store_true", help="fail on a malformed summary.json instead of skipping")
     parser.add_argument("--baseline", type=baseline_arg, nargs="+", action="extend", default=[],
                         metavar="EXPERIMENT=ROW", help="baseline row")
@@ -146,6 +149,12 @@ def _main(argv: list[str] | None) -> int:
     parser.add_argument("--wandb-dir", default=os.environ.get("WANDB_DIR", "."),
                         help="where wandb/ goes (default: $WANDB_DIR or .)")
     args = parser.parse_args(argv)
+    if args.only is not None and not args.only.strip():
+        parser.error("argument --only: expected an experiment's name, got ''")
+    if twice := next((e for e, _ in args.baseline if [b for b, _ in args.baseline].count(e) > 1), None):
+        parser.error(f"argument --baseline: {twice} is given twice; give each experiment one baseline row")
+    if args.only and (other := next((e for e, _ in args.baseline if e != args.only), None)):
+        parser.error(f"argument --baseline: {other} is not the --only experiment {args.only}; leave it out")
     logging.addLevelName(logging.WARNING, "warning")
     logging.basicConfig(format="%(levelname)s: %(message)s")
     if not args.results.is_dir():
@@ -160,9 +169,8 @@ def _main(argv: list[str] | None) -> int:
 
 
 def _tables(args) -> int:
-    from mbexp.analysis import claims, outputs, render, report, studies, table
+    from mbexp.analysis import claims, files, outputs, render, report, studies, table
     from mbexp.analysis.collect import collect_runs, log
-    from mbexp.claims_file import CLAIMS_FILE
 
     skipped = _Counter()
     log.addHandler(skipped)
@@ -182,7 +190,7 @@ def _tables(args) -> int:
         tables = table.tables_for(runs, dict(args.baseline), tune=args.tune, margin=args.margin)
         studies.annotate(tables, args.results)  # a declared study's rows: the LR its scan chose
         # claims compare experiments: --only leaves them, and their files, alone
-        verdicts = [] if args.only else claims.evaluate_file(args.results / CLAIMS_FILE, tables)
+        verdicts = [] if args.only else claims.evaluate_file(args.results, tables)
     except claims.ClaimsError as err:  # a bad claims file: one line naming it and the claim, nothing written
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -194,13 +202,17 @@ def _tables(args) -> int:
         return 1
     if not tables:
         only = f" of experiment {args.only}" if args.only else ""
-        print(f"no finished runs{only} under {args.results / 'runs'} — run python -m mbexp.train first")
-        return 0
+        if (args.results / "runs").is_dir() or not any(args.results.glob("*/*/seed=*/summary.json")):
+            print(f"no finished runs{only} under {args.results / 'runs'} — run python -m mbexp.train first")
+            return 0
+        print(f"error: {args.results} holds experiments' run folders itself: it is a runs/ folder; give "
+              f"--results its parent, {args.results.resolve().parent}", file=sys.stderr)
+        return 2
     written = outputs.write_outputs(args.results, tables, args.resamples)
     for experiment, paths in written.items():
         print(f"## {experiment} → {', '.join(map(str, paths))}\n")
         print(render.to_markdown(tables[experiment]))
-        fit = [p for p in paths if p.name == f"{experiment}_fit.md"]  # a size ladder's fit (outputs.write_ladder)
+        fit = [p for p in paths if p == files.table_path(args.results, experiment + files.FIT)]  # a ladder's fit
         if fit:
             print(fit[0].read_text(encoding="utf-8"))
     for study, paths in outputs.write_scans(args.results, args.only).items():  # each declared study's LR scan

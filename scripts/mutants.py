@@ -77,7 +77,7 @@ MUTANTS = [
            (T + "test_stats.py",)),
     Mutant("ties_choose_last", "mbexp/analysis/stats.py", "return min(finite, key=finite.get)",
            "return min(reversed(finite), key=finite.get)", (T + "test_stats.py", T + "test_table_rules.py")),
-    Mutant("slow_start_raw_mad", "mbexp/analysis/stats.py", "spread = 1.4826 * (others - centre)",
+    Mutant("slow_start_raw_mad", "mbexp/analysis/stats.py", "spread = MAD_SCALE * (others - centre)",
            "spread = (others - centre)", (T + "test_claims.py::test_slow_start_rule",)),
     Mutant("tokens_per_s_mean", "mbexp/analysis/table.py", 'done["tokens_per_s_median"].median()',
            'done["tokens_per_s_median"].mean()', (T + "test_table_rules.py",)),

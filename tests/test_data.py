@@ -336,10 +336,10 @@ def test_batches_in_process(bigtxt_tokens):
     assert x.shape == y.shape == (4, BIGTXT_TEST_SEQ_LEN) and x.dtype == torch.int64
     assert torch.equal(x[:, 1:], y[:, :-1])  # targets are the inputs shifted by one
     assert torch.equal(x, b0_again.next_train()[0]) and not torch.equal(x, b1.next_train()[0])
-    assert np.array_equal(b0.val_starts, b1.val_starts) and len(b0.val_starts) == 16
+    assert np.array_equal(b0.starts["val"], b1.starts["val"]) and len(b0.starts["val"]) == 16
     for (vx0, vy0), (vx1, vy1) in zip(b0.val_batches(5), b1.val_batches(5), strict=True):
         assert torch.equal(vx0, vx1) and torch.equal(vy0, vy1)
-    assert int(b0.val_starts[-1]) + BIGTXT_TEST_SEQ_LEN + 1 <= bigtxt_tokens.val.size
+    assert int(b0.starts["val"][-1]) + BIGTXT_TEST_SEQ_LEN + 1 <= bigtxt_tokens.val.size
 
 
 def test_fixture_config_reproduces_fixture(bigtxt_tokens):

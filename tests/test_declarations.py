@@ -54,7 +54,7 @@ def test_declared_before_launch_is_confirmatory_until_the_claim_is_edited(tmp_pa
     assert standing(results) == ["confirmatory"]
     from mbexp.analysis import claims, report, table
 
-    block = report.readme_block(claims.evaluate_file(results / "claims.yaml", table.build_tables(results)))
+    block = report.readme_block(claims.evaluate_file(results, table.build_tables(results)))
     assert "the 1 confirmatory verdicts: every run each reads was launched under its claim's current declaration " \
         "([rules]" in block  # and no count of exploratory ones, there being none
     declare(results, words="SwiGLU beats ReLU (reworded)")  # prose is not part of the digest
@@ -104,9 +104,9 @@ def test_digest_covers_the_test_not_the_prose(tmp_path):
 
 BAD = {  # what the claims file holds -> what the one error line must say
     "margin: -1\nclaims: [{id: a, claim: x, paper: p, experiment: e, hypothesis: better, baseline: b, rows: [r], "
-    "seeds: [0]}]\n": "margin must be a positive finite number of nats, got -1",
+    "seeds: [0]}]\n": "margin must be a positive, finite number of nats, got -1",
     "claims: [{id: a, claim: x, paper: p, experiment: e, hypothesis: better, baseline: b, rows: [r], seeds: [0], "
-    "margin: .nan}]\n": "claim 0 (a): margin must be a positive finite number of nats, got nan",
+    "margin: .nan}]\n": "claim 0 (a): margin must be a positive, finite number of nats, got nan",
     "claims: [{id: a, claim: x, paper: p, experiment: e, hypothesis: better, pairs: [[a]], seeds: [0]}]\n":
         "claim 0 (a): pairs must be a list of [row, baseline] label pairs, got [['a']]",
     "claims: [{id: a, claim: x, paper: p, experiment: e, hypothesis: better, baseline: b, rows: [r], seeds: [0], "
@@ -190,3 +190,16 @@ def test_a_claims_file_that_is_a_folder_stops_a_run_before_any_job(tmp_path):
     with pytest.raises(declarations.ClaimsError, match="claims.yaml: Is a directory"):
         declarations.check(tmp_path)
     declarations.check(tmp_path / "elsewhere")  # no claims file: nothing to check
+
+
+def test_a_broken_link_as_the_claims_file_is_refused_by_every_reader(tmp_path):
+    from mbexp import study
+    from mbexp.analysis import claims
+    from mbexp.claims_file import load_studies
+
+    (tmp_path / "claims.yaml").symlink_to(tmp_path / "gone.yaml")
+    readers = (declarations.check, load_studies, lambda d: claims.evaluate_file(d, {}),
+               lambda d: study.load_study(d, "any"))
+    for read in readers:
+        with pytest.raises(declarations.ClaimsError, match="claims.yaml: No such file"):
+            read(tmp_path)

@@ -24,7 +24,7 @@ from mbexp.analysis.table import tables_for
 from mbexp.config import DataConfig, compose_config, model_spec, to_object
 from mbexp.io import finite, json_line
 from mbexp.model import DecoderLM
-from mbexp.preflight import SKIP_ENV
+from mbexp.preflight import SKIP_ENV, check_multirun
 from mbexp.runs import RunLock, run_dir
 from mbexp.trainer import Learner, make_optimizer, train, train_step
 
@@ -488,6 +488,22 @@ PREFLIGHT = [
      "data=bigtxt: the validation split holds at most 312861 tokens (311790 bytes in 1071 documents), too few for "
      "model.seq_len=2000000"),
     ("a one-document text", one_line_text, {}, "data=text: 1 documents are too few for data.val_fraction=0.05"),
+    ("chdir", ["hydra.job.chdir=true"], {}, "error: hydra.job.chdir=true runs each job in Hydra's dated folder"),
+    ("run dir under a file", lambda tmp: [f"hydra.run.dir={a_file(tmp)}/x"], {},
+     "/afile is a file, not a folder (ENOTDIR); choose another hydra.run.dir"),
+    ("cache_dir a file", lambda tmp: [f"data.cache_dir={a_file(tmp)}"], {},
+     "/afile is a file, not a folder (ENOTDIR); choose another data.cache_dir"),
+    ("cache_dir empty", ["data.cache_dir="], {}, "data.cache_dir='' is not valid; give the folder for the token"),
+    ("min_frequency -1", ["data.min_frequency=-1"], {}, "error: data.min_frequency=-1 must be >= 0"),
+    ("project with /", ["logger=wandb", "logger.project=a/b"], {}, "logger.project='a/b' is not valid; W&B takes"),
+    ("WORLD_SIZE abc", [], {"WORLD_SIZE": "abc"}, "error: WORLD_SIZE='abc' (environment) needs a whole number"),
+    ("WORLD_SIZE without RANK", [], {"WORLD_SIZE": "2"}, "each rank's RANK: launch with torchrun"),
+    ("a sweep of sweeping experiments", ["-m", "+experiment=quickstart,smoke"], {},
+     "error: +experiment=quickstart,smoke sweeps experiments that sweep themselves (quickstart: hydra.sweeper"),
+    ("skip leaving nothing", ["-m", "--skip-impossible", "optim.lr=0,-1"], {},
+     "error: --skip-impossible leaves nothing to run: 2 of 2 combinations"),
+    ("+ on a key that exists", ["+seed=5"], {}, "error: Could not append to config. An item is already at 'seed'. "
+                                               "Either remove + prefix"),
 ]
 
 
@@ -595,8 +611,8 @@ def test_a_full_disk_while_building_the_token_cache_names_the_file_and_errno(tmp
 
 
 def test_a_failed_job_of_a_sweep_prints_no_hydra_line(tmp_path, cache):
-    not_a_dir = tmp_path / "file"
-    not_a_dir.write_text("a file where the token cache should be\n")
+    not_a_dir = tmp_path / "link"  # a dangling link where the token cache should be: each job fails to make it
+    not_a_dir.symlink_to(tmp_path / "gone" / "cache")
     proc = run_cli(tmp_path, cache, "-m", "seed=0,1", f"data.cache_dir={not_a_dir}")
     assert proc.returncode == 1, proc.stderr[-2000:]
     (line,) = flagged(proc.stderr)
@@ -719,3 +735,12 @@ def test_make_table_faults_end_in_one_line(tmp_path, case, code):
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and says in lines[0] and "Traceback" not in proc.stderr, lines
     assert sorted(tmp_path.rglob("*")) == before, "no file written"
+
+
+def test_an_experiment_files_sweep_without_m_is_one_job_with_a_warning():
+    assert check_multirun(["+experiment=quickstart"]) == (
+        "warning: +experiment=quickstart sweeps ffn, placement, seed (hydra.sweeper.params); without -m this runs "
+        "one job, each of them at its default: add -m to run the sweep")
+    assert check_multirun(["+experiment=quickstart", "ffn=relu", "placement=pre", "seed=0"]) is None  # a rerun's
+    assert check_multirun(["--multirun", "+experiment=quickstart"]) is None
+    assert check_multirun(["+experiment=smoke"]) is None

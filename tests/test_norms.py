@@ -1,13 +1,16 @@
 """LayerNorm, RMSNorm and DyT against the worked example, torch's reference ops, their formulas (docs/model.md)
 and their invariances."""
 
+import inspect
+
 import pytest
 import torch
 from torch.nn import functional as F
 
 from mbexp.config import NormConfig, compose_config, model_spec, to_object
 from mbexp.model import DecoderLM
-from mbexp.model.norms import NORMS, OPTION_DEFAULTS, DyT, LayerNorm, RMSNorm, build_norm
+from mbexp.model.norms import NORMS, DyT, LayerNorm, RMSNorm, build_norm
+from mbexp.names import NORM_DEFAULTS
 
 X = torch.tensor([2.0, -1.0, 0.0, 3.0])
 
@@ -121,9 +124,11 @@ def test_an_option_the_norm_cannot_take_raises():
 
 
 def test_the_norms_defaults_are_the_configs():
-    """build_norm lets an option pass at its norm's own default (OPTION_DEFAULTS), config validation at
-    NormConfig's: the same values, so the two accept the same settings."""
-    assert OPTION_DEFAULTS == {key: getattr(NormConfig, key) for key in ("eps", "bias", "alpha_init")}
+    """Each norm class's option defaults and NormConfig's are names.NORM_DEFAULTS, so build_norm and config
+    validation accept the same settings."""
+    declared = {key: p.default for norm in NORMS.values() for key, p in inspect.signature(norm).parameters.items()
+                if p.default is not p.empty}
+    assert declared == NORM_DEFAULTS == {key: getattr(NormConfig, key) for key in NORM_DEFAULTS}
 
 
 def test_dyt_formula_and_its_learnable_alpha():

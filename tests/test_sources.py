@@ -1,6 +1,7 @@
 """One source of truth: defaults in the schema, registries beside their dispatch, one run-file helper of each
 kind in mbexp/io.py; the smoke experiment; the tooling around the tests (make targets, CI, the GPU check)."""
 
+import importlib.util
 import re
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import yaml
 
 from mbexp import config, corpus, io, schedule, validate
 from mbexp.config import compose_config, to_object
+from mbexp.summary import FIELDS
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -117,6 +119,13 @@ def test_gpu_check_without_cuda_says_so_in_one_line(tmp_path):
     assert proc.returncode == 0 and proc.stderr == ""
     assert proc.stdout.startswith("gpu-check: no CUDA device visible") and proc.stdout.count("\n") == 1
     assert not out.exists()
+
+
+def test_gpu_check_reports_summary_fields_that_exist():
+    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "scripts" / "gpu_check.py")
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    assert set(gpu_check.SUMMARY_KEYS) <= set(FIELDS)
 
 
 def test_every_mutant_breaks_a_line_that_exists_and_names_tests_that_do():

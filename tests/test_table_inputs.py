@@ -264,3 +264,50 @@ def test_only_names_the_experiment_a_renamed_folders_runs_record(wsd_results, tm
     assert done.returncode == 2 and done.stderr.splitlines() == [
         "error: --only renamed: its runs record experiment wsd (each summary's `experiment`, by which tables group "
         "runs); keep them under runs/wsd"]
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--only="], "error: argument --only: expected an experiment's name, got ''"),
+    (["--baseline", "wsd=a", "wsd=b"], "error: argument --baseline: wsd is given twice"),
+    (["--only", "wsd", "--baseline", "other=a"], "error: argument --baseline: other is not the --only experiment wsd"),
+])
+def test_make_table_refuses_arguments_that_would_do_less_than_asked(wsd_results, tmp_path, args, says):
+    results = copied(wsd_results, tmp_path)
+    done = make_table(results, *args)
+    assert done.returncode == 2 and not done.stdout and len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith(says) and not (results / "tables").exists()
+
+
+def test_a_runs_folder_given_as_results_names_its_parent(wsd_results, tmp_path):
+    results = copied(wsd_results, tmp_path)
+    done = make_table(results / "runs")
+    assert done.returncode == 2 and done.stderr.splitlines() == [
+        f"error: {results / 'runs'} holds experiments' run folders itself: it is a runs/ folder; give --results its "
+        f"parent, {results.resolve()}"]
+
+
+def test_a_completed_run_without_its_test_loss_is_left_out(wsd_results, tmp_path):
+    # a run with a test split that lost its test loss would turn its whole table to validation
+    results = copied(wsd_results, tmp_path)
+    bad = run_dirs(results)[0] / "summary.json"
+    summary = json.loads(bad.read_text())
+    assert summary["final_test_loss"] is not None and summary["identity"]["data.test_fraction"] > 0
+    bad.write_text(json.dumps(summary | {"final_test_loss": None}))
+    assert_left_out(results, bad, "completed without final_test_loss, though its identity holds a test split")
+
+
+def test_report_names_the_file_whose_markers_are_missing(tmp_path):
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "claims.yaml").write_text("margin: 0.02\nclaims:\n  - {id: a, claim: c, paper: p, experiment: e, "
+                                          "baseline: b, rows: [r], hypothesis: better, seeds: [0]}\n")
+    texts = {"README.md": "no markers here\n", "results.md": "<!-- results:begin -->\n<!-- results:end -->\n",
+             "table.md": "<!-- example:begin -->\n<!-- example:end -->\n"}
+    for name, text in texts.items():
+        (tmp_path / name).write_text(text)
+    done = subprocess.run([sys.executable, "scripts/make_report.py", "--results", str(tmp_path), "--readme",
+                           str(tmp_path / "README.md"), "--page", str(tmp_path / "results.md"), "--table-doc",
+                           str(tmp_path / "table.md")], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and done.stderr.splitlines() == [
+        f"error: {tmp_path / 'README.md'} (--readme): markers <!-- claims:begin --> ... <!-- claims:end --> not "
+        "found; give --readme the file that holds them"]
+    assert {name: (tmp_path / name).read_text() for name in texts} == texts

@@ -9,6 +9,10 @@ from mbexp.analysis import stats
 from mbexp.analysis.ladder_claims import ladder_trend
 from mbexp.analysis.table import SENSITIVITY_AXES, Table, cell_runs, losses_at, setting, slow_start_seeds
 from mbexp.analysis.verdicts import (
+    LR_EDGE,
+    NOT_OWN_LR,
+    RUNS_MISSING,
+    SLOW_STARTS,
     Comparison,
     Result,
     edge_text,
@@ -20,6 +24,7 @@ from mbexp.analysis.verdicts import (
     standing,
     verdict,
 )
+from mbexp.claims_file import claims_path
 from mbexp.declarations import (
     EQUIVALENT,
     EXPLORATORY,
@@ -41,11 +46,10 @@ def evaluate(claims: list[Claim], tables: dict[str, Table]) -> list[Result]:
     return [evaluate_claim(claim, tables.get(claim.experiment)) for claim in claims]
 
 
-def evaluate_file(path, tables: dict[str, Table]) -> list[Result]:
-    """The verdicts of a claims file; none when the file does not exist (a results folder without claims)."""
-    from pathlib import Path
-
-    return evaluate(load_claims(path), tables) if Path(path).exists() else []
+def evaluate_file(results_dir, tables: dict[str, Table]) -> list[Result]:
+    """The verdicts of <results_dir>/claims.yaml; none when nothing is there (a results folder without claims)."""
+    path = claims_path(results_dir)
+    return evaluate(load_claims(path), tables) if path else []
 
 
 def evaluate_claim(claim: Claim, table: Table | None) -> Result:
@@ -108,21 +112,18 @@ def _read(claim: Claim, table: Table, label: str, value) -> pd.DataFrame:
     return runs[runs["_col"] == value] if claim.statistic == "delta" and table.column else runs
 
 
-def _warmups(table: Table, label: str, seeds) -> tuple[list, object, dict]:
-    """(settings, the one best on validation, reported loss per setting by seed) of a row's warm-up cells."""
+def _warmups(table: Table, label: str, seeds) -> tuple[dict, dict]:
+    """(validation, reported) loss per warm-up setting by seed, of a row's completed runs on `seeds`."""
     runs = table.runs[(table.runs["label"] == label) & table.runs["chosen"]]
     done = runs[(runs["status"] == "completed") & (runs["seed"].isin(seeds) if seeds is not None else True)]
-    settings = sorted(runs["_col"].unique())
-    val = {v: done.loc[done["_col"] == v, "final_val_loss"] for v in settings}
-    best = stats.choose({v: s.mean() if len(s) else math.inf for v, s in val.items()})
-    report = {v: done[done["_col"] == v].set_index("seed")[table.report].astype(float) for v in settings}
-    return settings, best, report
+    cells = {v: done[done["_col"] == v].set_index("seed") for v in sorted(runs["_col"].unique())}
+    return ({v: c["final_val_loss"] for v, c in cells.items()},
+            {v: c[table.report].astype(float) for v, c in cells.items()})
 
 
 def _sensitivity(table: Table, label: str, seeds) -> tuple[pd.Series, pd.Series]:
     """Reported loss at the smallest warm-up and at the one best on validation, by seed (stats.sensitivity)."""
-    settings, best, report = _warmups(table, label, seeds)
-    return report[settings[0]], report[best] if best is not None else pd.Series(dtype=float)
+    return stats.sensitivity_sides(*_warmups(table, label, seeds))
 
 
 def _sides(claim: Claim, table: Table, pair: tuple, value, seeds) -> tuple[pd.Series, pd.Series]:
@@ -182,7 +183,7 @@ def qualifiers(claim: Claim, table: Table, cells: dict, present: dict, compariso
             f"{seed_range(planned)}): shown apart, the verdict reads the planned seeds")
     missing = {label: sorted(planned - set(seeds)) for label, seeds in present.items() if planned - set(seeds)}
     if missing:
-        add("runs missing", "planned runs missing: " + "; ".join(f"{short(label, cells)} seed {seed_range(s)}"
+        add(RUNS_MISSING, "planned runs missing: " + "; ".join(f"{short(label, cells)} seed {seed_range(s)}"
                                                                  for label, s in missing.items()), True)
     runs = pd.concat(cells.values())
     done = runs[(runs["status"] == "completed") & runs["seed"].isin(planned)]
@@ -196,7 +197,7 @@ def qualifiers(claim: Claim, table: Table, cells: dict, present: dict, compariso
         if shared:
             lrs = sorted({float(i.get("optim.lr")) for i in done["identity"] if i.get("optim.lr") is not None})
             at = f" (one lr: {', '.join(setting(v) for v in lrs)})" if lrs else ""
-            add("LR not tuned per row", f"not at their own tuned LR: {len(shared)} of {len(cells)} rows{at}", True)
+            add(NOT_OWN_LR, f"not at their own tuned LR: {len(shared)} of {len(cells)} rows{at}", True)
     diverged = int(((runs["status"] == "diverged") & runs["seed"].isin(planned)).sum())
     if diverged:
         add("diverged runs", f"{diverged} diverged planned run{'s' if diverged > 1 else ''}", True)
@@ -210,10 +211,10 @@ def qualifiers(claim: Claim, table: Table, cells: dict, present: dict, compariso
             add("best warm-up at grid edge", f"best warm-up the largest tried for "
                 f"{', '.join(short(label, cells) for label in edge)}: {bound}")
     if edges := lr_edges(table, cells):
-        add("LR at grid edge", edge_text(edges, lambda label: short(label, cells)))
+        add(LR_EDGE, edge_text(edges, lambda label: short(label, cells)))
     slow = {label: slow_start_seeds(r) for label, r in cells.items() if claim.statistic == "delta"}
     if any(slow.values()):
-        add("slow starts", "slow start (shown, not dropped): " + "; ".join(
+        add(SLOW_STARTS, "slow start (shown, not dropped): " + "; ".join(
             f"{short(label, cells)} seed {seed_range(s)}" for label, s in slow.items() if s))
     for c in comparisons:
         c.slow = {label: slow.get(label, []) for label in (c.row, c.baseline) if label}
@@ -222,5 +223,6 @@ def qualifiers(claim: Claim, table: Table, cells: dict, present: dict, compariso
 
 def _edge(table: Table, label: str, seeds) -> bool:
     """Whether the warm-up best on validation is the largest tried: the sensitivity is then a lower bound."""
-    settings, best, _ = _warmups(table, label, seeds)
-    return best is not None and len(settings) > 1 and best == settings[-1]
+    val, _ = _warmups(table, label, seeds)
+    best = stats.best_setting(val)
+    return best is not None and len(val) > 1 and best == max(val)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from mbexp.io import CONFIG, METRICS, STATUSES, SUMMARY, SummaryError, is_int, is_number, read_regular, read_summary
-from mbexp.migrate import upgrade
+from mbexp.migrate import identity_values, upgrade
 from mbexp.names import AXES
 from mbexp.summary import NUMBERS as SUMMARY_NUMBERS
 from mbexp.summary import lr_problem
@@ -158,6 +158,9 @@ def _problem(summary: dict) -> str | None:
         return f"unknown status {summary['status']!r}"
     if summary["status"] == "completed" and summary["final_val_loss"] is None:
         return "completed without final_val_loss"
+    if summary["status"] == "completed" and summary.get("final_test_loss") is None and \
+            identity_values(identity)["data.test_fraction"]:  # its table would read validation for every run
+        return "completed without final_test_loss, though its identity holds a test split"
     return None
 
 

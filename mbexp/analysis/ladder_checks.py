@@ -12,8 +12,8 @@ from mbexp.analysis.powerlaw import fit, multiplier
 from mbexp.declarations import UNRESOLVED
 
 FORMS = ("shared floor", "separate floors", "E = 0")  # then one "without <size>" per size
-AGREE = ("rises", "falls")  # the verdicts a panel can agree on
-DIRECTION = {"crosses 1 upward": "rises", "crosses 1 downward": "falls"}
+AGREE = (ladder_draws.RISES, ladder_draws.FALLS)  # the verdicts a panel can agree on
+DIRECTION = {ladder_draws.CROSSES_UP: ladder_draws.RISES, ladder_draws.CROSSES_DOWN: ladder_draws.FALLS}
 
 
 def lack_of_fit(points: pd.DataFrame, parameters: int) -> dict:

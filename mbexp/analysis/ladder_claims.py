@@ -8,6 +8,10 @@ from mbexp.analysis.scaling import ladder_points
 from mbexp.analysis.table import Table, cell_runs, slow_start_seeds
 from mbexp.analysis.trend import holm_p, ladder_deltas, trend
 from mbexp.analysis.verdicts import (
+    LR_EDGE,
+    NOT_OWN_LR,
+    RUNS_MISSING,
+    SLOW_STARTS,
     Comparison,
     Result,
     edge_text,
@@ -53,28 +57,31 @@ def ladder_trend(claim: Claim, table: Table | None) -> Result:
         c.slow = {label: s for (v, _), (label, s) in cells.items() if v in (c.row, c.baseline) and s}
     present = {c.row: sorted(c.deltas.index) for c in everyone}
     texts = [f"fit-free: paired Δ vs the baseline per size at {steps} steps, its slope over ln N"]
-    unmet = [f"planned seeds missing for {c.row}: {seed_range(planned - set(c.deltas.index))}"
-             for c in comparisons if planned - set(c.deltas.index)]
+    unmet, tags = [f"planned seeds missing for {c.row}: {seed_range(planned - set(c.deltas.index))}"
+                   for c in comparisons if planned - set(c.deltas.index)], []
+    tags += [RUNS_MISSING] if unmet else []
     # a size the study declares (or the ladder has) but a pair lacks: the trend would read a shorter ladder
     sizes = (claim.protocol.get("rows") or {}).get("model") or list(dict.fromkeys(
         s for c in everyone for s in c.per_size))
     for c in everyone:
         if missing := [s for s in sizes if s not in c.per_size]:
             unmet.append(f"planned sizes missing for {c.row}: {', '.join(missing)}")
+            tags += [] if RUNS_MISSING in tags else [RUNS_MISSING]
     own = table.rows["lr_own"].all() if "lr_own" in table.rows else table.tuned == "optim.lr"
     if claim.own_lr and not own:
         unmet.append("not at their own tuned LR: a size or FFN not at the LR its scan chose, or at one LR")
+        tags.append(NOT_OWN_LR)
     read = table.runs[table.runs["seed"].isin(planned) & (table.runs["steps"] == steps)]
     if past := past_epochs(claim, read["epochs"].max()):
+        tags.append(past[0])
         unmet.append(past[1])
     stand, declared = standing(claim, read, texts)
-    tags = []
     read_labels = [label for label, _ in cells.values()]
     if edges := lr_edges(table, read_labels):
-        tags.append("LR at grid edge")
+        tags.append(LR_EDGE)
         texts.append(edge_text(edges, lambda label: short(label, read_labels)))
     if slow := {label: s for c in comparisons for label, s in c.slow.items()}:
-        tags.append("slow starts")
+        tags.append(SLOW_STARTS)
         texts.append("slow start (shown, not dropped): " + "; ".join(
             f"{short(label, read_labels)} seed {seed_range(s)}" for label, s in slow.items()))
     extra = set().union(*present.values()) - planned

@@ -87,12 +87,15 @@ def trend_of(group: pd.DataFrame, mine: pd.DataFrame, draws: np.ndarray) -> dict
             "trend_from": group.at[first, "size"], "trend_to": group.at[last, "size"]}
 
 
+RISES, FALLS, CROSSES_UP, CROSSES_DOWN = "rises", "falls", "crosses 1 upward", "crosses 1 downward"
+
+
 def trend(first: tuple, last: tuple, ratio: tuple) -> str:
     """The multiplier's move along the ladder, from (m, low, high) at the smallest and at the largest size and
     (ratio, low, high) of m(largest) / m(smallest): crosses 1 (both ends resolved, on either side of 1), rises or
     falls (the ratio's interval excludes 1), or not resolved."""
     if first[2] < 1 < last[1]:
-        return "crosses 1 upward"
+        return CROSSES_UP
     if first[1] > 1 > last[2]:
-        return "crosses 1 downward"
-    return "rises" if ratio[1] > 1 else "falls" if ratio[2] < 1 else UNRESOLVED
+        return CROSSES_DOWN
+    return RISES if ratio[1] > 1 else FALLS if ratio[2] < 1 else UNRESOLVED

@@ -2,7 +2,6 @@
 of one Ladder, and the README's and results page's ladder lines, share its column names and formats."""
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -10,6 +9,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FormatStrFormatter, NullFormatter
 
+from mbexp.analysis.files import FIT, found
 from mbexp.analysis.powerlaw import ALPHA_BOUNDS, Curve
 from mbexp.analysis.render import fmt
 from mbexp.analysis.scaling import LEVEL, SHOWN, Ladder, ranking
@@ -167,16 +167,16 @@ def ladder_trends(results_dir) -> list[dict]:
     """Per ladder (results/tables/<exp>_fit.csv), variant and budget: the compute multiplier vs the baseline at the
     smallest and the largest size and its trend along the ladder, as `make table` computed them. A declared study's
     LR scan is left out: it chooses the LRs, its own study is the evidence."""
-    found, scans = [], {s.scan_experiment for s in load_studies(results_dir).values()}
-    for path in sorted(Path(results_dir, "tables").glob("*_fit.csv")):
-        if path.stem.removesuffix("_fit") in scans:
+    out, scans = [], {s.scan_experiment for s in load_studies(results_dir).values()}
+    for experiment, path in found(results_dir, FIT, "csv"):
+        if experiment in scans:
             continue
         fit = pd.read_csv(path)
         if "trend" not in fit:
             continue  # a ladder with too few sizes to fit: its file is one line
         for (variant, steps), rows in fit[~fit["baseline"].astype(bool)].groupby(["variant", "steps"], sort=False):
             first, last = rows.iloc[0], rows.iloc[-1]
-            found.append({"experiment": path.stem.removesuffix("_fit"), "variant": variant, "steps": int(steps),
+            out.append({"experiment": experiment, "variant": variant, "steps": int(steps),
                           "baseline": fit.loc[fit["baseline"].astype(bool), "variant"].iloc[0],
                           "from": f"{first['size']}: {multiplier_cell(first)}",
                           "to": f"{last['size']}: {multiplier_cell(last)}",
@@ -184,7 +184,7 @@ def ladder_trends(results_dir) -> list[dict]:
                           "fit_free": _csv_text(last, "fit_free"), "fit_free_p": last.get("fit_free_p", math.nan),
                           "crossover": "none" if pd.isna(last["crossover"]) else
                           f"{last['crossover']:.2g} FLOPs ({last['crossover_where']} the data)"})
-    return found
+    return out
 
 
 def ladder_markdown(trends: list[dict]) -> str:

@@ -5,6 +5,7 @@ from pathlib import Path
 
 from mbexp.analysis import figures, ladder_render, lr_scan, render, report, scaling
 from mbexp.analysis.claims import Result
+from mbexp.analysis.files import FIT, SCAN, figure_path, table_path
 from mbexp.analysis.table import Table
 from mbexp.claims_file import load_studies
 from mbexp.io import atomic_write, write_text
@@ -13,16 +14,15 @@ from mbexp.io import atomic_write, write_text
 def write_outputs(results_dir, tables: dict[str, Table], resamples: int = scaling.RESAMPLES) -> dict[str, list[Path]]:
     """Write every experiment's tables and figures (`resamples`: a ladder fit's bootstrap refits); returns the paths
     per experiment (tables first)."""
-    tables_dir, figures_dir = Path(results_dir, "tables"), Path(results_dir, "figures")
     written = {}
     for exp, table in tables.items():
         texts = {"md": render.to_markdown(table), "csv": render.to_csv(table), "tex": render.to_latex(table)}
         paths = []
         for ext, text in texts.items():
-            paths.append(tables_dir / f"{exp}.{ext}")
+            paths.append(table_path(results_dir, exp, ext))
             write_text(paths[-1], text)
         for name, fig in figures.figures(table).items():
-            paths.append(figures_dir / f"{exp}_{name}.png")
+            paths.append(figure_path(results_dir, f"{exp}_{name}"))
             atomic_write(paths[-1], lambda tmp, fig=fig: figures.save(fig, tmp))
         paths += write_ladder(results_dir, table, resamples)  # a ladder: tables/<exp>_fit.*, figures/<exp>_ladder.png
         written[exp] = paths
@@ -35,14 +35,13 @@ def write_ladder(results_dir, table: Table, resamples: int = scaling.RESAMPLES) 
     ladder = scaling.analyse(table, resamples)
     if ladder is None:
         return []
-    tables_dir, figures_dir = Path(results_dir, "tables"), Path(results_dir, "figures")
-    paths = [tables_dir / f"{ladder.experiment}_fit.md"]
+    paths = [table_path(results_dir, ladder.experiment + FIT)]
     write_text(paths[0], ladder_render.to_markdown(ladder))
     if ladder.message:
         return paths
-    paths.append(tables_dir / f"{ladder.experiment}_fit.csv")
+    paths.append(table_path(results_dir, ladder.experiment + FIT, "csv"))
     write_text(paths[-1], ladder_render.to_csv(ladder))
-    paths.append(figures_dir / f"{ladder.experiment}_ladder.png")
+    paths.append(figure_path(results_dir, f"{ladder.experiment}_ladder"))
     fig = ladder_render.plot(ladder)
     atomic_write(paths[-1], lambda tmp: figures.save(fig, tmp))
     return paths
@@ -58,10 +57,10 @@ def write_scans(results_dir, only: str | None = None) -> dict[str, list[Path]]:
         frame = lr_scan.scan_frame(study, results_dir)
         if not frame["n"].any():
             continue
-        paths = [Path(results_dir, "tables", f"{study.name}_lr_scan.{ext}") for ext in ("md", "csv")]
+        paths = [table_path(results_dir, study.name + SCAN, ext) for ext in ("md", "csv")]
         write_text(paths[0], lr_scan.to_markdown(study, frame, lr_scan.halving(study, results_dir)))
         write_text(paths[1], lr_scan.to_csv(frame))
-        paths.append(Path(results_dir, "figures", f"{study.name}_lr_scan.png"))
+        paths.append(figure_path(results_dir, study.name + SCAN))
         fig = lr_scan.plot(study, frame)
         atomic_write(paths[-1], lambda tmp, fig=fig: figures.save(fig, tmp))
         written[study.name] = paths
@@ -72,7 +71,7 @@ def write_claims(results_dir, results: list[Result]) -> list[Path]:
     """tables/claims.{md,csv} from the claims' verdicts; nothing when there are no claims."""
     if not results:
         return []
-    paths = [Path(results_dir, "tables", f"claims.{ext}") for ext in ("md", "csv")]
+    paths = [table_path(results_dir, "claims", ext) for ext in ("md", "csv")]
     for path, text in zip(paths, (report.claims_markdown(results), report.claims_csv(results))):
         write_text(path, text)
     return paths

@@ -8,6 +8,7 @@ import pandas as pd
 from mbexp.analysis import stats
 from mbexp.analysis.table import SENSITIVITY_AXES, Table, setting, short
 from mbexp.declarations import BASELINE, BETTER, EQUIVALENT, UNRESOLVED, WORSE
+from mbexp.summary import FLOPS_FORMULA, N_MATMUL
 
 CI = f"{stats.LEVEL:.0%}"  # an interval's coverage as its headers and captions say it
 MARK_TEXT = {BETTER: BETTER, WORSE: WORSE, EQUIVALENT: "equiv. ±{m}", UNRESOLVED: UNRESOLVED, BASELINE: BASELINE}
@@ -149,13 +150,13 @@ def legend(table: Table) -> str:
                      f"with a {CI} interval over seeds (∞: it diverged).")
     if table.rows["slow_start"].astype(bool).any():
         parts.append(f"slow start: seeds whose early validation loss is more than {stats.SLOW_K:g} robust SDs "
-                     f"(1.4826 × MAD) above the median of the row's other seeds (at least {stats.SLOW_MIN_OTHERS}); "
-                     "shown, never dropped.")
+                     f"({stats.MAD_SCALE:g} × MAD) above the median of the row's other seeds (at least "
+                     f"{stats.SLOW_MIN_OTHERS}); shown, never dropped.")
     if split == "validation" and table.tuned:
         parts.append("Selection and report share the validation split: the chosen rows are biased low.")
     parts += [
-        "FLOPs/token: training FLOPs per token as `make bench` counts them for MFU "
-        "(6 × matmul weights + 12 × layers × d_model × seq_len).",
+        f"FLOPs/token: training FLOPs per token as `make bench` counts them for MFU ({FLOPS_FORMULA}; "
+        f"{N_MATMUL}).",
         "epochs: tokens seen / training-split tokens; † past one epoch, where repeated data changes what an "
         "ablation measures. gen. gap: final train minus validation loss.",
         "diverged: k of n finished runs over all settings. tokens/s: median over the run's log intervals; in-run "

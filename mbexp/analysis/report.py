@@ -3,15 +3,15 @@
 each reading the same Results."""
 
 import math
-from pathlib import Path
 
 import pandas as pd
 
 from mbexp.analysis import example, stats
 from mbexp.analysis.claims import Comparison, Result, evaluate, load_claims, seed_range, short
+from mbexp.analysis.files import FIT, SCAN, found
 from mbexp.analysis.ladder_render import ladder_markdown, ladder_trends, lr_ladders_markdown, readme_ladder_lines
 from mbexp.analysis.render import CI, fmt
-from mbexp.analysis.studies import annotate, cost_lines
+from mbexp.analysis.studies import annotate, cost_lines, run_hours
 from mbexp.analysis.table import build_tables, seed_text, setting
 from mbexp.declarations import BETTER, CONFIRMATORY, EQUIVALENT, EXPLORATORY, VERDICTS, WORSE
 
@@ -206,8 +206,8 @@ def readme_block(results: list[Result], trends: list[dict] = ()) -> str:
         "([rules](docs/table.md#declarations-confirmatory-or-exploratory)).", "", *lines])
 
 
-def results_page(results: list[Result], trends: list[dict] = (), costs: list[str] = (), scans: list[str] = ()
-                 ) -> str:
+def results_page(results: list[Result], results_dir, trends: list[dict] = (), costs: list[str] = (),
+                 scans: list[str] = ()) -> str:
     """docs/results.md's generated part: the claims table, per claim its family with every statistic, the ladders."""
     out = ["## Claims", "", claims_markdown(results)]
     for r in results:
@@ -218,7 +218,7 @@ def results_page(results: list[Result], trends: list[dict] = (), costs: list[str
                 f"its {CI} bootstrap interval over seeds, at the smallest and the largest size of each ladder; its "
                 "trend along the ladder and the crossover, as the ladder's fit table computes them "
                 "([table.md](table.md#ladders)).", "", ladder_markdown(trends), ""]
-        out += [f"- `{exp}`: [fit table](../results/tables/{exp}_fit.md), "
+        out += [f"- `{exp}`: [fit table](../results/tables/{exp}{FIT}.md), "
                 f"[figure](../results/figures/{exp}_ladder.png)" for exp in sorted({t["experiment"] for t in trends})]
         out += [""]
     if side := lr_ladders_markdown(results):
@@ -229,18 +229,20 @@ def results_page(results: list[Result], trends: list[dict] = (), costs: list[str
                 "its study's scan chose ([studies.md](studies.md)).", "", side, ""]
     if costs:  # the declared studies' compute against the naive grid of separate runs
         out += ["## Declared studies: compute", "", *costs, "", "([studies.md](studies.md#cost))", ""]
-    out += [f"- `{study}`: LR scan [table](../results/tables/{study}_lr_scan.md), "
-            f"[figure](../results/figures/{study}_lr_scan.png)" for study in scans] + ([""] if scans else [])
+    out += [f"- `{study}`: LR scan [table](../results/tables/{study}{SCAN}.md), "
+            f"[figure](../results/figures/{study}{SCAN}.png)" for study in scans] + ([""] if scans else [])
     experiments = sorted({r.claim.experiment for r in results if r.present})  # those with runs
-    out += ["## Tables and figures", ""]
-    out += [f"- `{exp}`: [table](../results/tables/{exp}.md), [forest plot](../results/figures/{exp}_forest.png)"
-            for exp in experiments]
+    out += ["## Tables and figures", "", "Each experiment's runs and their summed run time (one thread each, from "
+            "their summaries; a budget branch without its trunk; two jobs side by side take about half):", ""]
+    out += [f"- `{exp}`: {n} runs, {hours:.1f} run-hours: [table](../results/tables/{exp}.md), "
+            f"[forest plot](../results/figures/{exp}_forest.png)" for exp in experiments
+            for n, hours in [run_hours(results_dir, exp)]]
     return "\n".join(out).rstrip() + "\n"
 
 
 def scan_tables(results_dir) -> list[str]:
     """The declared studies whose LR scan `make table` wrote (tables/<study>_lr_scan.md)."""
-    return sorted(p.name.removesuffix("_lr_scan.md") for p in Path(results_dir, "tables").glob("*_lr_scan.md"))
+    return [study for study, _ in found(results_dir, SCAN, "md")]
 
 
 def claim_section(r: Result) -> list[str]:
@@ -306,7 +308,7 @@ def generate(results_dir, claims_path) -> list[Result]:
 def blocks(results_dir, claims_path) -> dict[str, tuple[str, str, str]]:
     """What `make report` splices into each text (readme, page, table_doc): its two markers and the block."""
     results, trends = generate(results_dir, claims_path), ladder_trends(results_dir)
-    page = results_page(results, trends, cost_lines(results_dir), scan_tables(results_dir))
+    page = results_page(results, results_dir, trends, cost_lines(results_dir), scan_tables(results_dir))
     return {"readme": (CLAIMS_BEGIN, CLAIMS_END, readme_block(results, trends)),
             "page": (RESULTS_BEGIN, RESULTS_END, page),
             "table_doc": (example.EXAMPLE_BEGIN, example.EXAMPLE_END, example_block())}

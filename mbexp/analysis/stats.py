@@ -110,21 +110,31 @@ def choose(val_means: dict) -> object:
     return min(finite, key=finite.get) if finite else None
 
 
+def best_setting(val: dict) -> object:
+    """The setting whose per-seed validation losses have the lowest mean (one with none counts as diverged)."""
+    return choose({k: v.mean() if len(v) else math.inf for k, v in val.items()})
+
+
+def sensitivity_sides(val: dict, report: dict) -> tuple[pd.Series, pd.Series]:
+    """(reported loss at the smallest setting, at the one best on validation) by seed; empty where none finished."""
+    best, empty = best_setting(val), pd.Series(dtype=float)
+    return report.get(min(val), empty), (report.get(best, empty) if best is not None else empty)
+
+
 def sensitivity(val: dict, report: dict, level: float = LEVEL) -> Interval:
     """Reported loss at the smallest setting minus at the setting best on validation, with its interval over
     seeds; `val` and `report` map each setting to per-seed losses (empty: every run there diverged -> inf)."""
-    settings = sorted(val)
-    if len(settings) < 2:
+    if len(val) < 2:
         return Interval(math.nan)
-    first = settings[0]
-    if not len(report.get(first, ())):
+    first, best = sensitivity_sides(val, report)
+    if not len(first):
         return Interval(math.inf)
-    best = choose({k: v.mean() if len(v) else math.inf for k, v in val.items()})
-    return compare(report[first], report[best], level) if best is not None else Interval(math.nan)
+    return compare(first, best, level) if len(best) else Interval(math.nan)
 
 
 POWER = 0.8
 SLOW_K = 5.0  # a run starts slowly when its early loss is this many robust SDs above its row's other seeds
+MAD_SCALE = 1.4826  # a normal sample's SD over its median absolute deviation: MAD_SCALE x MAD is a robust SD
 SLOW_MIN_OTHERS = 3  # below this many other seeds a median and MAD say nothing: no flag
 MAX_SEEDS = 1000  # seeds needed beyond this read as "more than 1000"
 
@@ -162,7 +172,7 @@ def seeds_needed(effect: float, sd: float, target: float = POWER, alpha: float =
 
 def slow_starts(early: pd.Series, k: float = SLOW_K) -> list:
     """Seeds whose early loss is more than k robust SDs above the median of the row's *other* seeds, the robust SD
-    being 1.4826 × their median absolute deviation; no flag with fewer than SLOW_MIN_OTHERS other seeds."""
+    being MAD_SCALE × their median absolute deviation; no flag with fewer than SLOW_MIN_OTHERS other seeds."""
     early = early.dropna()
     flagged = []
     for seed, value in early.items():
@@ -170,7 +180,7 @@ def slow_starts(early: pd.Series, k: float = SLOW_K) -> list:
         if len(others) < SLOW_MIN_OTHERS:
             continue
         centre = others.median()
-        spread = 1.4826 * (others - centre).abs().median()
+        spread = MAD_SCALE * (others - centre).abs().median()
         if value - centre > k * spread:
             flagged.append(seed)
     return sorted(flagged)

@@ -58,6 +58,17 @@ def _runs(study: Study, results_dir) -> list[dict]:
     return out
 
 
+def run_hours(results_dir, experiment: str) -> tuple[int, float]:
+    """The experiment's runs and their run time in hours, from their summaries (a branch without its trunk)."""
+    runs, seconds = 0, 0.0
+    for path in sorted((Path(results_dir) / "runs" / experiment).glob("*/seed=*/summary.json")):
+        s = read_summary(path.parent)
+        if s and s.get("step") and _counts(s):
+            runs += 1
+            seconds += (s.get("wall_time_s") or 0) - (s.get("branched") or {}).get("wall_time_s", 0)
+    return runs, seconds / 3600
+
+
 def _counts(summary: dict) -> bool:
     """Whether the numbers `cost` reads are numbers (collect_runs names a summary where they are not)."""
     branched = summary.get("branched") or {}

@@ -12,7 +12,7 @@ import pandas as pd
 from mbexp.analysis import stats
 from mbexp.analysis.collect import AXES, collect_runs, order_key
 from mbexp.analysis.sizes import PER_RUNG, is_ladder, variant_and_size
-from mbexp.declarations import BASELINE, DEFAULT_MARGIN
+from mbexp.declarations import BASELINE, DEFAULT_MARGIN, MARGIN_RULE, valid_margin
 from mbexp.io import FINISHED
 from mbexp.migrate import identity_values
 
@@ -73,8 +73,8 @@ def tables_for(runs: pd.DataFrame, baselines: dict | None = None, *, tune: str =
     keys = sorted({k for identity in finished["identity"] for k in identity})
     if tune != TUNE and keys and tune not in keys:
         raise ValueError(f"--tune {tune!r} is not a config key of any run; keys: {', '.join(keys)}")
-    if not 0 < margin < math.inf:
-        raise ValueError(f"--margin must be a positive number of nats, got {margin}")
+    if not valid_margin(margin):
+        raise ValueError(f"--margin must be {MARGIN_RULE}, got {margin}")
     return {exp: summarize(group, baselines.get(exp), tune=tune, margin=margin)
             for exp, group in finished.groupby("experiment")}
 

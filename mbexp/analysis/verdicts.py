@@ -25,6 +25,10 @@ from mbexp.declarations import (
     Claim,
 )
 
+# the README's qualifier tags that claims and ladder claims share
+RUNS_MISSING, NOT_OWN_LR = "runs missing", "LR not tuned per row"
+LR_EDGE, SLOW_STARTS = "LR at grid edge", "slow starts"
+
 
 @dataclass
 class Comparison:

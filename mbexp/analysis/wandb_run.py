@@ -1,14 +1,13 @@
 """The `table` W&B run: each experiment's table (a W&B Table) and figures, beside the runs it came from."""
 
-import os
-from dataclasses import asdict
+from dataclasses import replace
 from pathlib import Path
 
 from mbexp.analysis import render
 from mbexp.analysis.collect import run_settings
 from mbexp.analysis.table import Table
 from mbexp.config import LoggerConfig
-from mbexp.logger import wandb_settings
+from mbexp.logger import wandb_mode, wandb_settings
 
 
 def log_tables(tables: dict[str, Table], written: dict[str, list[Path]], *, wandb_dir: str, claims=None) -> str:
@@ -18,10 +17,11 @@ def log_tables(tables: dict[str, Table], written: dict[str, list[Path]], *, wand
     import wandb
 
     paths = [p for t in tables.values() for p in t.runs["path"]]
-    settings = asdict(LoggerConfig()) | run_settings(paths, "logger")  # the runs' own, else the defaults
+    found = run_settings(paths, "logger")  # the runs' own settings, else the defaults
+    settings = replace(LoggerConfig(), **{k: v for k, v in found.items() if k in LoggerConfig.__dataclass_fields__})
     Path(wandb_dir, "wandb").mkdir(parents=True, exist_ok=True)
-    run = wandb.init(project=settings["project"], entity=settings["entity"],
-                     mode=os.environ.get("WANDB_MODE", settings["mode"]), dir=wandb_dir, job_type="table",
+    run = wandb.init(project=settings.project, entity=settings.entity, mode=wandb_mode(settings), dir=wandb_dir,
+                     job_type="table",
                      name="table", config={"experiments": sorted(tables)}, settings=wandb_settings())
     try:
         for exp, table in tables.items():

@@ -13,6 +13,7 @@ from mbexp.config import Config, compose_config, model_spec, to_object
 from mbexp.data import TokenData, prepare
 from mbexp.io import METRICS
 from mbexp.model import DecoderLM, param_counts
+from mbexp.run_state import tokens_per_step
 from mbexp.runs import run_dir
 from mbexp.schedule import lr_for
 from mbexp.trainer import compile_model, evaluate, make_learner, train, train_step
@@ -51,7 +52,7 @@ class BareLoop:
     def train(self, steps: int, *, window: int) -> list[float]:
         """Train `steps` more steps; the tokens/s of each run of `window` steps."""
         o, total = self.cfg.optim, self.cfg.train.steps
-        tokens = window * self.cfg.train.batch_size * self.cfg.model.seq_len
+        tokens = window * tokens_per_step(self.cfg)
         rates = []
         sync(self.device)
         t_last = time.perf_counter()

@@ -9,6 +9,7 @@ from mbexp.config import model_spec
 from mbexp.model import param_counts
 from mbexp.model.ffn import FFNS
 from mbexp.model.norms import NORMS, build_norm
+from mbexp.run_state import tokens_per_step
 from mbexp.trainer import autocast
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -41,7 +42,7 @@ def variants(bench: Bench) -> dict:
         loops[name] = BareLoop(bench.cfg(*overrides), bench.data, bench.device, bench.auto)
         loops[name].train(2, window=2)  # warm-up
     step_ms = {name: [] for name in names}
-    tokens = bench.default.train.batch_size * bench.default.model.seq_len
+    tokens = tokens_per_step(bench.default)
     for r in range(args.rounds):
         for name in list(loops)[:: 1 if r % 2 == 0 else -1]:
             rates = loops[name].train(args.variant_steps, window=args.variant_window)

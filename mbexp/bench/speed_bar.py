@@ -4,6 +4,7 @@ import time
 
 from mbexp import speed
 from mbexp.bench.harness import ESTIMATE, BareLoop, Bench, log, summarize
+from mbexp.run_state import tokens_per_step
 
 # mbexp's defaults against the plain loop, steady-state tokens/s, by the precision precision=auto resolves to:
 # 1.3x where bf16 runs natively; without it never below the plain loop
@@ -34,7 +35,7 @@ def speed_bar(bench: Bench) -> dict:
             rates[name] += loops[name].train(2 * window, window=window)[1:]
     out = {name: summarize(rates[name]) | {"precision": specs[name][0], "compiled": specs[name][1],
                                             "first_step_s": first_s[name]} for name in loops}
-    tokens = bench.default.train.batch_size * bench.default.model.seq_len
+    tokens = tokens_per_step(bench.default)
     step_s = {name: tokens / out[name][ESTIMATE] for name in loops}
     eager = {p: "plain" if p == "fp32" else f"{p}_eager" for p in precisions}
     timing = {p: {"eager_step_s": step_s[eager[p]], "compiled_step_s": step_s[f"{p}_compiled"],

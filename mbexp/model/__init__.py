@@ -3,7 +3,6 @@ decoder-only LM they build (decoder.py), whose public names are importable from 
 
 from mbexp.model.decoder import (
     FINAL_NORM,
-    FLOPS_FORMULA,
     PLACEMENTS,
     POSITIONS,
     Block,
@@ -13,8 +12,10 @@ from mbexp.model.decoder import (
     deepnorm_beta,
     deepnorm_init_,
     flops_per_token,
+    flops_terms,
     param_counts,
 )
 
-__all__ = ["FINAL_NORM", "FLOPS_FORMULA", "PLACEMENTS", "POSITIONS", "Block", "DecoderLM", "ModelSpec",
-           "deepnorm_alpha", "deepnorm_beta", "deepnorm_init_", "flops_per_token", "param_counts"]
+__all__ = ["FINAL_NORM", "PLACEMENTS", "POSITIONS", "Block", "DecoderLM", "ModelSpec",
+           "deepnorm_alpha", "deepnorm_beta", "deepnorm_init_", "flops_per_token", "flops_terms",
+           "param_counts"]

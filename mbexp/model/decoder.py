@@ -184,16 +184,18 @@ def deepnorm_init_(block: Block, n_layers: int) -> None:
             xavier_normal_(linear.weight, beta)
 
 
-FLOPS_FORMULA = "6*N_matmul + 12*n_layers*d_model*seq_len"
+def flops_terms(model: "DecoderLM") -> dict[str, int]:
+    """FLOPS_FORMULA's terms: N_matmul (every nn.Linear weight, the tied LM head included, not embedding lookups
+    nor norm gains) and the attention scores with their weighted sum (Kaplan et al. 2020)."""
+    s = model.spec
+    return {"n_matmul": sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear)),
+            "attention": 12 * s.n_layers * s.d_model * s.seq_len}
 
 
 def flops_per_token(model: "DecoderLM") -> int:
-    """Training FLOPs per token (FLOPS_FORMULA): 6 per matmul weight, forward and backward, where N_matmul
-    counts every nn.Linear weight, the tied LM head included (not embedding lookups nor norm gains),
-    plus the attention scores and their weighted sum (Kaplan et al. 2020)."""
-    s = model.spec
-    n_matmul = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
-    return 6 * n_matmul + 12 * s.n_layers * s.d_model * s.seq_len
+    """Training FLOPs per token (FLOPS_FORMULA): 6 per matmul weight, forward and backward, plus attention."""
+    terms = flops_terms(model)
+    return 6 * terms["n_matmul"] + terms["attention"]
 
 
 def param_counts(model: DecoderLM) -> dict[str, int]:

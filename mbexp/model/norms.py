@@ -1,17 +1,16 @@
 """Normalisation layers: LayerNorm, RMSNorm and DyT (docs/model.md, "Norms"), keyed by name."""
 
-import inspect
-
 import torch
 from torch import nn
 
 from mbexp import names
+from mbexp.names import NORM_DEFAULTS
 
 
 class LayerNorm(nn.Module):
     """(x - mean) / sqrt(var + eps) * g (+ b). No bias by default (Llama/T5 convention)."""
 
-    def __init__(self, dim: int, *, eps: float = 1e-5, bias: bool = False):
+    def __init__(self, dim: int, *, eps: float = NORM_DEFAULTS["eps"], bias: bool = NORM_DEFAULTS["bias"]):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
@@ -24,7 +23,7 @@ class LayerNorm(nn.Module):
 class RMSNorm(nn.Module):
     """x * rsqrt(mean(x^2) + eps) * g: no centring, no bias."""
 
-    def __init__(self, dim: int, *, eps: float = 1e-5):
+    def __init__(self, dim: int, *, eps: float = NORM_DEFAULTS["eps"]):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
@@ -39,7 +38,7 @@ class RMSNorm(nn.Module):
 class DyT(nn.Module):
     """Dynamic Tanh (Zhu et al. 2025): g * tanh(alpha * x) + b, alpha one learnable scalar; no statistics."""
 
-    def __init__(self, dim: int, *, alpha_init: float = 0.5):
+    def __init__(self, dim: int, *, alpha_init: float = NORM_DEFAULTS["alpha_init"]):
         super().__init__()
         self.alpha = nn.Parameter(torch.tensor(float(alpha_init)))
         self.weight = nn.Parameter(torch.ones(dim))
@@ -50,17 +49,14 @@ class DyT(nn.Module):
 
 
 NORMS = {"layer": LayerNorm, "rms": RMSNorm, "dyt": DyT}
-# each norm.* option's default, as the norm that takes it declares it: build_norm lets it pass to the other norms
-OPTION_DEFAULTS = {key: p.default for norm in NORMS.values() for key, p in inspect.signature(norm).parameters.items()
-                   if p.default is not p.empty}
 
 
 def build_norm(name: str, dim: int, **options) -> nn.Module:
     """The norm called `name` with the norm.* `options` it takes (names.NORM_OPTIONS); an unknown name lists
-    the valid ones, and an option the norm cannot take, set away from its default (OPTION_DEFAULTS), is an error."""
+    the valid ones, and an option the norm cannot take, set away from its default (NORM_DEFAULTS), is an error."""
     if name not in NORMS:
         raise ValueError(f"unknown norm '{name}'; valid: {', '.join(NORMS)}")
-    if message := names.misapplied_norm_option(name, options, OPTION_DEFAULTS):
+    if message := names.misapplied_norm_option(name, options):
         raise ValueError(message)
     takes = names.NORM_OPTIONS[name]
     return NORMS[name](dim, **{key: value for key, value in options.items() if key in takes})
