@@ -305,7 +305,8 @@ def parse_hint(override: str) -> str:
     """The error for an override Hydra cannot parse: the key, the value and the spelling that works, quoted for a
     shell as it is to be typed."""
     key, _, value = override.partition("=")
-    why, fix, note = "spaces, brackets or non-ASCII characters in a value need quotes", hydra_override(key, value), ""
+    why, note = "spaces, brackets, '~' or non-ASCII characters in a value need quotes", ""
+    fix = hydra_override(key, value)
     items = value.split(",")
     if value.startswith("="):
         why, fix = "one '=' between key and value", f"{key}={value.lstrip('=')}"
@@ -338,7 +339,7 @@ def _one_line(exc: Exception) -> str:
         override = message.splitlines()[0].removeprefix("LexerNoViableAltException: ").strip()
         key, sep, value = override.partition("=")
         if sep:
-            return (f"cannot parse the override {override!r} (spaces, brackets or non-ASCII characters in a "
+            return (f"cannot parse the override {override!r} (spaces, brackets, '~' or non-ASCII characters in a "
                     f"value need quotes): write it as \"{key}='{value}'\"")
         return message.splitlines()[0]
     if cause is None or not str(cause).strip():

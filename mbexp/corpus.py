@@ -7,6 +7,7 @@ import glob
 import hashlib
 import os
 import re
+import sys
 from collections.abc import Iterable, Iterator
 from importlib import resources
 from itertools import islice
@@ -140,9 +141,10 @@ def _fingerprint(stamped: tuple, chunk: int = 1 << 20) -> str:
 
 
 def load_text(path: str) -> list[str]:
-    """A user's corpus through datasets' text loader, one document per paragraph."""
-    from datasets import load_dataset
+    """A user's corpus through datasets' text loader, one document per paragraph (local files: no progress bar)."""
+    from datasets import disable_progress_bars, load_dataset
 
+    disable_progress_bars()
     text_fingerprint(path)  # a folder with no files, or a file that is not UTF-8, stops here, named
     files = [f for f in text_files(path) if os.path.getsize(f) > 0]  # datasets fails on empty files
     if not files:
@@ -203,8 +205,10 @@ def load_hub(name: str, max_docs: int | None = None) -> HubDocuments:
     if not offline and not os.path.isdir(dataset_id) and not hub_reachable():
         offline = True
         os.environ["HF_HUB_OFFLINE"] = "1"  # use a local copy if there is one, never wait on the network
-    from datasets import load_dataset
+    from datasets import disable_progress_bars, load_dataset
 
+    if not sys.stderr.isatty():  # a log file gets no progress-bar carriage returns
+        disable_progress_bars()
     try:
         splits = load_dataset(dataset_id, config)
     except Exception as exc:  # datasets raises many types for "not reachable and not cached"

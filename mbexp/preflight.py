@@ -21,6 +21,7 @@ from mbexp.logger import wandb_dir, wandb_mode_problem
 
 SKIP_FLAG = "--skip-impossible"  # run a sweep's possible combinations, skipping (and recording) the others
 SKIP_ENV = "MBEXP_SKIP_IMPOSSIBLE"  # set for the jobs of such a sweep
+HYDRA_GROUPS = ("hydra/launcher", "hydra/sweeper")  # Hydra's groups a command may choose
 # the most combinations of a sweep checked one by one before any job; past it, each value is checked beside the
 # other lists' first values, and a value bad only beside another list's value is left to its job
 MAX_COMBINATIONS = 512
@@ -64,12 +65,22 @@ def check_group_choices(args: list[str]) -> None:
             from mbexp.trainer import resolve_device
 
             resolve_device("cuda")
-        if not sep or key not in GROUPS:
+        if not sep or key not in (*GROUPS, *HYDRA_GROUPS):
             continue
-        valid = sorted(p.stem for p in (CONF_DIR / key).glob("*.yaml"))
+        valid = hydra_options(key) if key in HYDRA_GROUPS else sorted(p.stem for p in (CONF_DIR / key).glob("*.yaml"))
         for choice in values:
             if choice and choice not in valid:
                 raise ConfigError(f"{key}={choice!r} is not valid; choose one of: {', '.join(valid)}")
+
+
+def hydra_options(group: str) -> list[str]:
+    """The options of one of Hydra's own config groups (its launchers, its sweepers), as installed."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return sorted(GlobalHydra.instance().config_loader().get_group_options(group))
 
 
 def check_overrides(args: list[str]) -> None:

@@ -111,6 +111,9 @@ def test_defaults():
     (["optim.cooldown_shape=sqrt"], ["optim.cooldown_shape=sqrt", "optim.schedule=wsd", "leave it at linear"]),
     (["seed=4294967296"], ["seed=4294967296", "< 2**32"]),
     (["results_dir="], ["results_dir=''"]),
+    (["norm.eps=0"], ["norm.eps=0.0", "> 0"]),  # the boundaries themselves: each is refused
+    (["optim.betas=[0.9,1.0]"], ["optim.betas=[0.9, 1.0]", "[0, 1)"]),
+    (["data.val_fraction=0.1", "data.test_fraction=0.9"], ["data.test_fraction", "data.val_fraction"]),
 ])
 def test_bad_input_names_the_key_and_choices(args, must_say):
     with pytest.raises(ConfigError) as err:

@@ -203,3 +203,18 @@ def test_a_broken_link_as_the_claims_file_is_refused_by_every_reader(tmp_path):
     for read in readers:
         with pytest.raises(declarations.ClaimsError, match="claims.yaml: No such file"):
             read(tmp_path)
+
+
+def test_a_claims_digest_does_not_depend_on_the_order_of_its_seeds():
+    text = CLAIM.format(words="SwiGLU beats ReLU", hypothesis="better", relu=RELU, swiglu=SWIGLU)
+    (ordered,), (reversed_,) = (declarations.load_claims_text(t) for t in (text, text.replace("[0, 1]", "[1, 0]")))
+    assert ordered.digest == reversed_.digest
+
+
+def test_exactly_the_declared_epochs_meets_the_condition():
+    from types import SimpleNamespace
+
+    from mbexp.analysis.verdicts import past_epochs
+
+    one = SimpleNamespace(max_epochs=1)
+    assert past_epochs(one, 1.0) is None and past_epochs(one, 1.01)[1] == "past 1 epoch (1.01 epochs)"

@@ -51,8 +51,8 @@ def test_a_warmup_longer_than_the_run_warns_in_one_line(tmp_path, cache):
 
 
 def test_a_run_failing_before_its_run_directory_says_so_and_exits_1(tmp_path, cache):
-    not_a_dir = tmp_path / "file"
-    not_a_dir.write_text("a file where the token cache should be\n")
+    not_a_dir = tmp_path / "link"  # a dangling link where the token cache should be: the pre-flight passes it
+    not_a_dir.symlink_to(tmp_path / "gone" / "cache")
     proc = mbexp_train(overrides(tmp_path, cache, *SHORT, f"data.cache_dir={not_a_dir}"))
     assert proc.returncode == 1, proc.stderr[-2000:]
     (line,) = error_lines(proc.stderr)
@@ -62,10 +62,10 @@ def test_a_run_failing_before_its_run_directory_says_so_and_exits_1(tmp_path, ca
 
 @pytest.mark.slow
 def test_joblib_sweep_with_a_failing_run_exits_non_zero(tmp_path, cache):
-    # the second job's token cache path is a file: a fault only its job meets (every value the pre-flight can
+    # the second job's token cache path is a dangling link: a fault only its job meets (every value the pre-flight can
     # judge, a sweep function's too, stops the command before any job), in its joblib worker
-    not_a_dir = tmp_path / "file"
-    not_a_dir.write_text("not a folder\n")
+    not_a_dir = tmp_path / "link"  # a dangling link: the pre-flight passes it, the job cannot make the folder
+    not_a_dir.symlink_to(tmp_path / "gone" / "cache")
     proc = mbexp_train(["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
                         f"hydra.sweep.dir={tmp_path}/multirun", *overrides(tmp_path, cache, *SHORT),
                         f"data.cache_dir={cache},{not_a_dir}"])
@@ -77,9 +77,9 @@ def test_joblib_sweep_with_a_failing_run_exits_non_zero(tmp_path, cache):
 
 @pytest.mark.slow
 def test_submitit_local_sweep_with_a_failing_run_exits_non_zero(tmp_path, cache):
-    # the second job's token cache path is a file: that run fails before any run file, in its own process
-    not_a_dir = tmp_path / "file"
-    not_a_dir.write_text("not a folder\n")
+    # the second job's token cache path is a dangling link: that run fails before any run file, in its own process
+    not_a_dir = tmp_path / "link"  # a dangling link: the pre-flight passes it, the job cannot make the folder
+    not_a_dir.symlink_to(tmp_path / "gone" / "cache")
     proc = mbexp_train(["-m", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10",
                         f"hydra.sweep.dir={tmp_path}/multirun", *overrides(tmp_path, cache, *SHORT),
                         f"data.cache_dir={cache},{not_a_dir}"])

@@ -52,3 +52,8 @@ def test_no_committed_summary_hashes_precision_auto():
         summary = json.loads(path.read_text())
         assert summary.get("identity", {}).get("precision") != "auto", path
         assert summary == migrate.upgrade("summary", summary), f"{path} is not at schema {migrate.SCHEMA}"
+
+
+def test_a_recorded_value_beats_the_legacy_default():
+    assert migrate.identity_values({"model.bias": True})["model.bias"] is True
+    assert migrate.identity_values({})["model.bias"] is False

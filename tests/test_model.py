@@ -231,3 +231,13 @@ def test_attention_is_causal(pos, placement):
     assert torch.allclose(a[:, :10], b[:, :10], atol=1e-6)
     assert not torch.allclose(a[:, 10:], b[:, 10:], atol=1e-4)
 
+
+
+def test_residual_projections_start_scaled_by_the_depth():
+    # GPT-2's init: each block's output projections at 0.02 / sqrt(2 L), the other weights at 0.02
+    torch.manual_seed(0)
+    model = DecoderLM(spec(n_layers=8, d_model=128, n_heads=4))
+    block = model.blocks[0]
+    assert block.attn.proj.weight.std().item() == pytest.approx(0.02 / math.sqrt(16), rel=0.1)
+    assert block.ffn.w2.weight.std().item() == pytest.approx(0.02 / math.sqrt(16), rel=0.1)
+    assert model.tok_emb.weight.std().item() == pytest.approx(0.02, rel=0.1)

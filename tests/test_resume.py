@@ -156,3 +156,10 @@ def test_force_reruns_a_finished_run(tmp_path, cache):
     assert b["final_val_loss"] == pytest.approx(a["final_val_loss"], abs=1e-4)
     steps = [s for s, _ in losses(the_run_dir(tmp_path, cache))[0]]
     assert steps == list(range(5, 31, 5)), "metrics rewritten from step 0, not appended"
+
+
+def test_a_finished_summary_of_another_config_is_not_this_runs(tmp_path):
+    from mbexp.run_state import finished_summary
+
+    (tmp_path / "summary.json").write_text(json.dumps({"status": "completed", "config_hash": "x"}))
+    assert finished_summary(tmp_path, "x")["status"] == "completed" and finished_summary(tmp_path, "y") is None

@@ -102,3 +102,27 @@ def test_sensitivity_by_hand():
     diverged = stats.sensitivity({0: seeds(), 100: seeds(5.0, 5.1)}, {0: seeds(), 100: seeds(5.0, 5.1)})
     assert math.isinf(diverged.delta)
     assert math.isnan(stats.sensitivity({0: seeds(5.0)}, {0: seeds(5.0)}).delta)  # one setting
+
+
+def test_identical_differences_give_p_0_unless_they_are_0():
+    assert stats.compare(seeds(1.5, 2.5), seeds(1.0, 2.0)).p == 0.0  # Δ 0.5 on every seed: no spread
+    assert stats.compare(seeds(1.0, 2.0), seeds(1.0, 2.0)).p == 1.0
+
+
+def test_welch_tost_allows_unequal_variances():
+    """Without shared seeds TOST is Welch's: statsmodels' ttost_ind with usevar="unequal", not the pooled test."""
+    from statsmodels.stats.weightstats import ttost_ind
+
+    a, b = seeds(5.0, 5.1, 4.9, 5.3, 4.7), seeds(5.0, 5.05, start=10)
+    iv = stats.compare(a, b)
+    unequal = ttost_ind(a.to_numpy(), b.to_numpy(), -0.2, 0.2, usevar="unequal")[0]
+    pooled = ttost_ind(a.to_numpy(), b.to_numpy(), -0.2, 0.2, usevar="pooled")[0]
+    assert iv.method == "welch" and stats.tost(iv, 0.2) == pytest.approx(unequal) and abs(unequal - pooled) > 0.01
+
+
+def test_marks_are_strict_at_alpha_for_both_tests():
+    assert stats.mark(0.1, 0.3, 0.05) == "not resolved" and stats.mark(0.1, 0.05, 1.0) == "not resolved"
+
+
+def test_a_zero_sd_resolves_any_nonzero_effect_with_two_seeds():
+    assert stats.seeds_needed(0.1, 0.0) == 2.0 and math.isinf(stats.seeds_needed(0.0, 0.1))

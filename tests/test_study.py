@@ -75,6 +75,8 @@ def test_a_study_reusing_a_scan_inherits_it_and_its_claims_digest_follows_it(tmp
 
     c = studies.cost(rep, tmp_path)  # no runs yet; its design counts its planned seeds only
     assert c["design_steps"] == 18 * 1 * 2 and c["naive_steps"] == 1 * 2 * 2 * (8 + 16) and c["steps"] == 0
+    own = studies.cost(tiny, tmp_path)  # a study with its own scan: its scan seeds join the naive grid
+    assert own["naive_steps"] == 2 * 2 * 3 * (8 + 16) and own["design_steps"] == 18 * 2 * (2 * 1 + 2)
 
 
 REP = {"experiment": "e", "scan_of": "tiny", "rows": {"ffn": ["swiglu"]}, "seeds": [3]}

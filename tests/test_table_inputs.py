@@ -311,3 +311,19 @@ def test_report_names_the_file_whose_markers_are_missing(tmp_path):
         f"error: {tmp_path / 'README.md'} (--readme): markers <!-- claims:begin --> ... <!-- claims:end --> not "
         "found; give --readme the file that holds them"]
     assert {name: (tmp_path / name).read_text() for name in texts} == texts
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    ({"identity": {"model.d_model": "abc"}}, 'identity model.d_model="abc" is not a number'),
+    ({"identity": {"ffn.name": 5}}, "identity ffn.name=5 is not a str"),
+    ({"identity": {"model.bias": 1}}, "identity model.bias=1 is not true/false"),
+    ({"steps": -5}, "negative steps (10 of -5)"),
+])
+def test_a_summary_with_a_mistyped_identity_or_negative_steps_is_left_out(wsd_results, tmp_path, change, says):
+    # a wrongly typed identity value would split its row, or move the baseline, without a word
+    results = copied(wsd_results, tmp_path)
+    bad = run_dirs(results)[0] / "summary.json"
+    summary = json.loads(bad.read_text())
+    summary |= {"identity": summary["identity"] | change["identity"]} if "identity" in change else change
+    bad.write_text(json.dumps(summary))
+    assert_left_out(results, bad, says)

@@ -164,3 +164,11 @@ def test_a_ladder_claim_reads_its_epochs_as_any_claim_does():
     ladder.runs["epochs"] = float("nan")
     unknown = ladder_trend(claim, ladder)
     assert unknown.verdict == NOT_AS_DECLARED and unknown.unmet == ["epochs not recorded (declared at most 1)"]
+
+
+def test_a_trend_resolves_only_when_both_tests_do():
+    # two seeds of three sizes: the slope t-test resolves, the permutation test cannot (2/36 > 0.05 at best)
+    sizes = [1.0, math.e, math.e**2]
+    deltas = {n: pd.Series({0: a, 1: b}) for n, a, b in zip(sizes, (0.3, 0.2, 0.1), (0.3, 0.199, 0.098))}
+    t = trend.trend(deltas)
+    assert t.p < 0.05 < t.p_permutation and t.reading == "not resolved"

@@ -105,3 +105,8 @@ def test_a_kill_in_the_trunk_and_in_a_branch_resumes_bit_for_bit(tmp_path, cache
     for budget, directory in ((40, branch), (80, trunk)):
         reference, ref_dir = standalone(tmp_path / "alone", cache, budget, *extra)
         assert_same_run(directory, ref_dir, reference)
+
+
+def test_a_cool_down_of_half_a_step_rounds_up():
+    # round(f * T) with halves up, not Python's round half to even (12 would give 8 and 38)
+    assert cooldown_start(10, 0.25) == 7 and cooldown_start(50, 0.25) == 37

@@ -1,6 +1,7 @@
 """Run summaries read from disk: one record per run, validated, deduplicated, with its identity."""
 
 import errno
+import functools
 import json
 import logging
 import math
@@ -152,8 +153,10 @@ def _problem(summary: dict) -> str | None:
     if wrong:
         return f"wrong types for {wrong}"
     identity = summary.get("identity") or {}  # none: a summary older than `identity`
-    if identity and (why := lr_problem(identity)):
+    if identity and (why := lr_problem(identity) or _mistyped(identity)):
         return why
+    if any(summary.get(key) is not None and summary[key] < 0 for key in ("steps", "step")):
+        return f"negative steps ({summary.get('step')} of {summary.get('steps')})"
     if summary["status"] not in STATUSES:
         return f"unknown status {summary['status']!r}"
     if summary["status"] == "completed" and summary["final_val_loss"] is None:
@@ -162,6 +165,30 @@ def _problem(summary: dict) -> str | None:
             identity_values(identity)["data.test_fraction"]:  # its table would read validation for every run
         return "completed without final_test_loss, though its identity holds a test split"
     return None
+
+
+def _mistyped(identity: dict) -> str:
+    """Why an identity value is not of its config key's type (text where a number goes), or ''."""
+    for key, value in identity.items():
+        default = _schema_defaults().get(key)
+        if default is None or value is None:
+            continue
+        kind, ok = ("true/false", isinstance(value, bool)) if isinstance(default, bool) else \
+            ("a number", is_number(value)) if is_number(default) else \
+            (f"a {type(default).__name__}", isinstance(value, type(default)))
+        if not ok:
+            return f"identity {key}={json.dumps(value)[:40]} is not {kind}"
+    return ""
+
+
+@functools.cache
+def _schema_defaults() -> dict:
+    from dataclasses import asdict
+
+    from mbexp.config import Config
+    from mbexp.migrate import flat
+
+    return flat(asdict(Config()))
 
 
 def dedupe(runs: pd.DataFrame) -> pd.DataFrame:

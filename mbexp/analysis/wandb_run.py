@@ -4,10 +4,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from mbexp.analysis import render
-from mbexp.analysis.collect import run_settings
+from mbexp.analysis.collect import log, run_settings
 from mbexp.analysis.table import Table
 from mbexp.config import LoggerConfig
-from mbexp.logger import wandb_mode, wandb_settings
+from mbexp.logger import WANDB_MODES, wandb_mode, wandb_settings
 
 
 def log_tables(tables: dict[str, Table], written: dict[str, list[Path]], *, wandb_dir: str, claims=None) -> str:
@@ -19,8 +19,12 @@ def log_tables(tables: dict[str, Table], written: dict[str, list[Path]], *, wand
     paths = [p for t in tables.values() for p in t.runs["path"]]
     found = run_settings(paths, "logger")  # the runs' own settings, else the defaults
     settings = replace(LoggerConfig(), **{k: v for k, v in found.items() if k in LoggerConfig.__dataclass_fields__})
+    if (mode := wandb_mode(settings)) not in WANDB_MODES:  # $WANDB_MODE was checked: the runs' own setting
+        log.warning("the runs' logger.mode=%r (their config.yaml) is not one of %s; the table run logs offline", mode,
+                    ", ".join(WANDB_MODES))
+        mode = "offline"
     Path(wandb_dir, "wandb").mkdir(parents=True, exist_ok=True)
-    run = wandb.init(project=settings.project, entity=settings.entity, mode=wandb_mode(settings), dir=wandb_dir,
+    run = wandb.init(project=settings.project, entity=settings.entity, mode=mode, dir=wandb_dir,
                      job_type="table",
                      name="table", config={"experiments": sorted(tables)}, settings=wandb_settings())
     try:
