@@ -92,6 +92,9 @@ def check_overrides(args: list[str]) -> None:
         key, sep, value = arg.partition("=")
         if not sep and not key.startswith("~"):
             raise ConfigError(f"the override {arg!r} has no value: write {key}=VALUE")
+        if (sweep := parsed(arg)) is not None and sweep.is_sweep_override() and not sweep.is_discrete_sweep():
+            raise ConfigError(f"{arg} samples a range, which Hydra's basic sweeper cannot run; list the values "
+                              f"({key}=a,b,c), or use range() or choice()")
         values = [v.strip("'\"") for v in sweep_values(arg) or [value]]  # quoted 'true' reads as true
         if sep and key.lstrip("+") in BOOL_KEYS and (bad := [v for v in values if "${" not in v and v.lower() not in
                                                           ("true", "false")]):

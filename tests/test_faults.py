@@ -502,6 +502,8 @@ PREFLIGHT = [
      "error: +experiment=quickstart,smoke sweeps experiments that sweep themselves (quickstart: hydra.sweeper"),
     ("skip leaving nothing", ["-m", "--skip-impossible", "optim.lr=0,-1"], {},
      "error: --skip-impossible leaves nothing to run: 2 of 2 combinations"),
+    ("interval()", ["-m", "optim.lr=interval(0.001,0.01)"], {},
+     "error: optim.lr=interval(0.001,0.01) samples a range, which Hydra's basic sweeper cannot run"),
     ("unknown launcher", ["-m", "seed=0,1", "hydra/launcher=nope"], {},
      "error: hydra/launcher='nope' is not valid; choose one of: basic, joblib, slurm"),
     ("+ on a key that exists", ["+seed=5"], {}, "error: Could not append to config. An item is already at 'seed'. "
