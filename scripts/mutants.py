@@ -147,6 +147,18 @@ MUTANTS = [
                                 "follows_it",)),
     Mutant("digest_seed_order", "mbexp/declarations.py", '"seeds": sorted(seeds)', '"seeds": seeds',
            (T + "test_declarations.py::test_a_claims_digest_does_not_depend_on_the_order_of_its_seeds",)),
+    Mutant("some_runs_declared", "mbexp/analysis/verdicts.py", "if len(read) and declared == len(read):",
+           "if len(read) and declared > 0:",
+           (T + "test_declarations.py::test_a_claim_read_partly_on_runs_launched_under_it_is_exploratory",)),
+    Mutant("test_split_if_any", "mbexp/analysis/table.py", 'completed["final_test_loss"].notna().all()',
+           'completed["final_test_loss"].notna().any()',
+           (T + "test_table_inputs.py::test_a_table_mixing_runs_with_and_without_a_test_split_reports_validation",)),
+    Mutant("beyond_not_holm", "mbexp/analysis/claims.py", "far = stats.holm([stats.beyond_margin(c.interval, "
+           "claim.margin) if margins else math.nan for c in out])", "far = [stats.beyond_margin(c.interval, "
+           "claim.margin) if margins else math.nan for c in out]", (T + "test_claim_rules.py",)),
+    Mutant("tokens_per_s_all_steps", "mbexp/run_state.py", "round(self.timed_steps * per_step / self.train_time",
+           "round(self.step * per_step / self.train_time",
+           (T + "test_declarations.py::test_tokens_per_s_counts_the_timed_steps_only",)),
 ]
 
 

@@ -1,8 +1,10 @@
 """Claim verdict rules (docs/table.md, "Claims"), each on a family built so that only the rule decides."""
 
+import pytest
 from test_claims import BASE_LOSS, BIG, A, B, result
 from test_table import BASE, write_run
 
+from mbexp.analysis import stats
 from mbexp.analysis.claims import verdict
 
 NOISY = [5.10, 5.20, 4.85, 5.15]  # Δ vs BASE_LOSS: +0.10, −0.10, −0.05, +0.05, interval wide around 0
@@ -33,3 +35,11 @@ def test_the_planned_seed_verdict_reads_only_the_planned_seeds(tmp_path):
     r = result(tmp_path, rows=[A], seeds=[0, 1, 2, 3])
     assert r.verdict == "agrees"  # decided by the planned seeds alone
     assert verdict(r.added) == "not resolved"  # Δ −0.20, −0.18, −0.16, −0.22, +0.90 over all five seeds, apart
+
+
+def test_an_equivalence_familys_beyond_margin_p_is_holm_adjusted(tmp_path):
+    write(tmp_path, {A: BETTER, B: NOISY})
+    r = result(tmp_path, rows=[A, B], seeds=[0, 1, 2, 3], hypothesis="equivalent")
+    raw = [stats.beyond_margin(c.interval, 0.02) for c in r.comparisons]
+    assert [c.beyond_holm for c in r.comparisons] == pytest.approx(list(stats.holm(raw)))
+    assert r.comparisons[0].beyond_holm == pytest.approx(2 * raw[0]) and raw[0] < 0.025  # A: Δ −0.19, m = 2

@@ -218,3 +218,24 @@ def test_exactly_the_declared_epochs_meets_the_condition():
 
     one = SimpleNamespace(max_epochs=1)
     assert past_epochs(one, 1.0) is None and past_epochs(one, 1.01)[1] == "past 1 epoch (1.01 epochs)"
+
+
+def test_tokens_per_s_counts_the_timed_steps_only(tmp_path, cache):
+    # a process's first step compiles or warms up: it is left out of the steps and the time tokens/s divides
+    cfg = to_object(compose_config(clean(overrides(tmp_path, cache))))
+    run = RunState(cfg, tmp_path, config_hash(cfg), Dist())
+    run.step, run.timed_steps, run.train_time = 10, 9, 3.0
+    per_step = cfg.train.batch_size * cfg.model.seq_len
+    assert run.write_summary("running")["tokens_per_s"] == pytest.approx(round(9 * per_step / 3.0, 1))
+
+
+def test_a_claim_read_partly_on_runs_launched_under_it_is_exploratory():
+    from types import SimpleNamespace
+
+    from mbexp.analysis.verdicts import standing
+
+    claim, texts = SimpleNamespace(id="glu", digest="d1"), []
+    read = pd.DataFrame({"declarations": [{"glu": "d1"}, {"glu": "d1"}, {"glu": "d0"}, {}]})
+    assert standing(claim, read, texts) == ("exploratory", 2)
+    assert texts == ["exploratory: 2 of 4 runs read were not launched under this declaration"]
+    assert standing(claim, read.iloc[:2], []) == ("confirmatory", 2)

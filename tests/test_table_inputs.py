@@ -330,3 +330,14 @@ def test_a_summary_with_a_mistyped_identity_or_negative_steps_is_left_out(wsd_re
     summary |= {"identity": summary["identity"] | change["identity"]} if "identity" in change else change
     bad.write_text(json.dumps(summary))
     assert_left_out(results, bad, says)
+
+
+def test_a_table_mixing_runs_with_and_without_a_test_split_reports_validation(wsd_results, tmp_path):
+    results = copied(wsd_results, tmp_path)
+    path = run_dirs(results)[0] / "summary.json"
+    summary = json.loads(path.read_text())
+    summary["identity"]["data.test_fraction"], summary["final_test_loss"] = 0.0, None  # a run without a test split
+    path.write_text(json.dumps(summary))
+    done = make_table(results)
+    assert done.returncode == 0 and not flagged(done.stderr), done.stderr[-2000:]
+    assert "final log-ppl on the validation split" in (results / "tables" / "wsd.md").read_text()
