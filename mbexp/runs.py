@@ -61,8 +61,18 @@ def variant_name(cfg: Config) -> str:
     return f"{row_name(cfg)}-wu{cfg.optim.warmup_steps}-{config_hash(cfg)}"
 
 
+def experiment_dir(results_dir, name: str) -> Path:
+    """Where an experiment's runs live: <results_dir>/runs/<name>/<variant>/seed=<seed>/."""
+    return Path(results_dir, "runs", name)
+
+
+def summaries_of(results_dir, name: str) -> list[Path]:
+    """The summary.json of every run of experiment `name`, sorted."""
+    return sorted(experiment_dir(results_dir, name).glob("*/seed=*/summary.json"))
+
+
 def run_dir(cfg: Config) -> Path:
-    return Path(cfg.results_dir) / "runs" / cfg.name / variant_name(cfg) / f"seed={cfg.seed}"
+    return experiment_dir(cfg.results_dir, cfg.name) / variant_name(cfg) / f"seed={cfg.seed}"
 
 
 class RunBusy(RuntimeError):

@@ -19,6 +19,7 @@ from mbexp.config import hydra_override
 from mbexp.declarations import check as check_claims
 from mbexp.io import FINISHED, SummaryError, is_number, read_summary
 from mbexp.migrate import identity_values
+from mbexp.runs import summaries_of
 from mbexp.summary import lr_problem
 
 
@@ -100,7 +101,7 @@ def scan_losses(study: Study, results_dir, steps: int | None = None, damaged: li
     steps = study.select_at if steps is None else steps
     found: dict = {}
     damaged = [] if damaged is None else damaged
-    for path in sorted((Path(results_dir) / "runs" / study.scan_experiment).glob("*/seed=*/summary.json")):
+    for path in summaries_of(results_dir, study.scan_experiment):
         try:
             s = read_summary(path, strict=True)
         except SummaryError as err:  # the message names the file

@@ -38,7 +38,7 @@ from mbexp.preflight import (
     split_commands,
     sweep_of,
 )
-from mbexp.runs import run_dir
+from mbexp.runs import experiment_dir, run_dir
 
 log = logging.getLogger("mbexp")
 
@@ -172,7 +172,7 @@ def preflight(args: list[str], skip: bool) -> list[Config]:
     for path in dict.fromkeys(c.data.path for c in configs if c.data.name == "text"):
         fingerprint("text", path=path)  # a file that is not text stops before Hydra's folders
     if failures:
-        where = Path(configs[0].results_dir, "runs", configs[0].name, "skipped.txt")
+        where = experiment_dir(configs[0].results_dir, configs[0].name) / "skipped.txt"
         lines = [f"{' '.join(c)}  # {why}" for c, why in failures]
         old = where.read_text(encoding="utf-8").splitlines() if where.is_file() else []
         write_text(where, "\n".join(dict.fromkeys(old + lines)) + "\n")

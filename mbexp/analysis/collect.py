@@ -13,6 +13,7 @@ import pandas as pd
 from mbexp.io import CONFIG, METRICS, STATUSES, SUMMARY, SummaryError, is_int, is_number, read_regular, read_summary
 from mbexp.migrate import identity_values, upgrade
 from mbexp.names import AXES
+from mbexp.runs import experiment_dir
 from mbexp.summary import NUMBERS as SUMMARY_NUMBERS
 from mbexp.summary import lr_problem
 
@@ -33,8 +34,8 @@ def collect_runs(results_dir, strict: bool = False, experiments=None) -> pd.Data
     """One row per run from `results_dir/runs/**/summary.json` (with `experiments`, only under those experiments'
     folders); bad files are logged and skipped, or raise if strict."""
     rows = []
-    folders = [Path(results_dir, "runs", e) for e in experiments] if experiments is not None else [
-        Path(results_dir, "runs")]
+    folders = [experiment_dir(results_dir, e) for e in experiments] if experiments is not None else [
+        experiment_dir(results_dir, "")]
     for path in sorted(p for folder in folders for p in folder.rglob(SUMMARY)):
         try:
             rows.append(read_record(path, strict=strict))

@@ -4,13 +4,13 @@ run of the row sits at it, and the compute a study spent against the naive grid 
 import contextlib
 import math
 from functools import cache
-from pathlib import Path
 
 from mbexp.analysis.render import setting
 from mbexp.analysis.table import Table
 from mbexp.claims_file import Study, load_studies
 from mbexp.config import CONF_DIR, ConfigError, OptimConfig, compose_config
 from mbexp.io import is_number, read_summary
+from mbexp.runs import summaries_of
 from mbexp.schedule import cooldown_start
 from mbexp.study import StudyError, choose, row_of
 
@@ -51,7 +51,7 @@ def _runs(study: Study, results_dir) -> list[dict]:
     for experiment, seeds in ((study.scan_experiment, study.own_scan_seeds), (study.experiment, study.seeds)):
         if not seeds:
             continue  # a reused scan: counted by the study that ran it
-        for path in sorted((Path(results_dir) / "runs" / experiment).glob("*/seed=*/summary.json")):
+        for path in summaries_of(results_dir, experiment):
             s = read_summary(path.parent)
             if s and s.get("seed") in seeds and s.get("steps") in study.budgets and s.get("step") and _counts(s):
                 out.append(s)
@@ -61,7 +61,7 @@ def _runs(study: Study, results_dir) -> list[dict]:
 def run_hours(results_dir, experiment: str) -> tuple[int, float]:
     """The experiment's runs and their run time in hours, from their summaries (a branch without its trunk)."""
     runs, seconds = 0, 0.0
-    for path in sorted((Path(results_dir) / "runs" / experiment).glob("*/seed=*/summary.json")):
+    for path in summaries_of(results_dir, experiment):
         s = read_summary(path.parent)
         if s and s.get("step") and _counts(s):
             runs += 1
