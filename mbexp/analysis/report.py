@@ -13,7 +13,20 @@ from mbexp.analysis.ladder_render import ladder_markdown, ladder_trends, lr_ladd
 from mbexp.analysis.render import CI, fmt
 from mbexp.analysis.studies import annotate, cost_lines, run_hours
 from mbexp.analysis.table import build_tables, seed_text, setting
-from mbexp.declarations import BETTER, CONFIRMATORY, EQUIVALENT, EXPLORATORY, VERDICTS, WORSE
+from mbexp.declarations import (
+    AGREES,
+    BETTER,
+    CONFIRMATORY,
+    DISAGREES,
+    EQUIVALENT,
+    EXPLORATORY,
+    NOT_AS_DECLARED,
+    NOT_RESOLVED,
+    NOT_TESTED,
+    UNRESOLVED,
+    VERDICTS,
+    WORSE,
+)
 
 CLAIMS_BEGIN, CLAIMS_END = "<!-- claims:begin -->", "<!-- claims:end -->"
 RESULTS_BEGIN, RESULTS_END = "<!-- results:begin -->", "<!-- results:end -->"
@@ -134,15 +147,15 @@ def standing_line(results: list[Result]) -> str:
 
 
 LEGEND = (
-    "marks: better / worse / equiv. / not resolved on the planned seeds, Holm over the claim's own comparisons (its "
-    f"family), alpha {stats.ALPHA:g}. verdict (planned seeds): agrees when every comparison supports the hypothesis; "
-    "disagrees "
-    "when any contradicts it (resolved the other way, or beyond the margin by the two-sided test for equivalence); "
-    "a sensitivity claim of worse needs the sensitivity resolved beyond its margin; not tested without an interval; "
-    "not tested as declared when a declared condition is unmet (planned runs missing or diverged, past max_epochs "
-    "or epochs not recorded, a row not at its own tuned LR); not resolved otherwise. confirmatory: every run read "
-    "was launched under the claim's current digest; exploratory otherwise. Added seeds are shown apart and never "
-    "change the verdict. An ordering is tested pair by adjacent pair. docs/table.md has every rule.")
+    f"marks: {BETTER} / {WORSE} / equiv. / {UNRESOLVED} on the planned seeds, Holm over the claim's own comparisons "
+    f"(its family), alpha {stats.ALPHA:g}. verdict (planned seeds): {AGREES} when every comparison supports the "
+    f"hypothesis; {DISAGREES} when any contradicts it (resolved the other way, or beyond the margin by the two-sided "
+    f"test for equivalence); a sensitivity claim of {WORSE} needs the sensitivity resolved beyond its margin; "
+    f"{NOT_TESTED} without an interval; {NOT_AS_DECLARED} when a declared condition is unmet (planned runs missing "
+    f"or diverged, past max_epochs or epochs not recorded, a row not at its own tuned LR); {NOT_RESOLVED} otherwise. "
+    f"{CONFIRMATORY}: every run read was launched under the claim's current digest; {EXPLORATORY} otherwise. Added "
+    "seeds are shown apart and never change the verdict. An ordering is tested pair by adjacent pair. docs/table.md "
+    "has every rule.")
 
 
 CSV_COLUMNS = ["claim", "digest", "standing", "runs_read", "runs_declared", "experiment", "read_at", "hypothesis",
