@@ -301,12 +301,21 @@ def check_environment(configs: list[Config], args: list[str]) -> None:
         if key.startswith("hydra.launcher.") and not launchers:  # Hydra: "Could not override", nothing more
             raise ConfigError(f"{arg} sets an option of a launcher the command does not choose; add "
                               "hydra/launcher=joblib (n_jobs: runs side by side) or hydra/launcher=slurm")
+        if key.startswith("hydra.launcher.") and key.removeprefix("hydra.launcher.") not in (
+                options := _launcher_options(launchers[0])):
+            raise ConfigError(f"{key} is not an option of hydra/launcher={launchers[0]}; its options: "
+                              f"{', '.join(options)}")
         if key == "hydra.launcher.n_jobs" and not (value.lstrip("-").isdigit() and int(value) != 0):
             raise ConfigError(f"hydra.launcher.n_jobs={value} is not valid; give a positive number of jobs "
                               "(or -1: one per CPU)")
         if key.lstrip("+") == "hydra/launcher" and value == "slurm" and shutil.which("sbatch") is None:
             raise ConfigError("hydra/launcher=slurm needs SLURM (no sbatch on PATH); on this machine use "
                               "hydra/launcher=joblib, or submit from a SLURM login node")
+
+
+def _launcher_options(launcher: str) -> list[str]:
+    hydra_cfg = compose_config([f"hydra/launcher={launcher}"], return_hydra_config=True).hydra
+    return [k for k in hydra_cfg.launcher if not k.startswith("_")]
 
 
 def _check_folder(key: str, path: str, inside: str = "", fix: str = "") -> None:

@@ -504,6 +504,8 @@ PREFLIGHT = [
      "error: --skip-impossible leaves nothing to run: 2 of 2 combinations"),
     ("interval()", ["-m", "optim.lr=interval(0.001,0.01)"], {},
      "error: optim.lr=interval(0.001,0.01) samples a range, which Hydra's basic sweeper cannot run"),
+    ("unknown launcher option", ["-m", "seed=0,1", "hydra/launcher=joblib", "hydra.launcher.n_job=1"], {},
+     "error: hydra.launcher.n_job is not an option of hydra/launcher=joblib; its options: n_jobs, backend"),
     ("unknown launcher", ["-m", "seed=0,1", "hydra/launcher=nope"], {},
      "error: hydra/launcher='nope' is not valid; choose one of: basic, joblib, slurm"),
     ("+ on a key that exists", ["+seed=5"], {}, "error: Could not append to config. An item is already at 'seed'. "
