@@ -109,7 +109,7 @@ def check_overrides(args: list[str]) -> None:
 def check_multirun(args: list[str]) -> str | None:
     """A sweep without -m (Hydra's own error, "Ambiguous value", does not say how to run it), and a sweep of
     experiment files that sweep themselves (Hydra would drop their sweeps). Returns a warning line for an
-    experiment file's sweep run without -m: one job, at the values its file sets."""
+    experiment file's sweep run without -m: one job, each swept key at its default."""
     # with --multirun, or one of Hydra's own flags (--cfg, --info), Hydra reads the command
     sweeps = [] if any(a.startswith("-") for a in args) else [a for a in args if _is_sweep(a)]
     if sweeps:
