@@ -37,16 +37,16 @@ HYPOTHESES = (BETTER, WORSE, EQUIVALENT, "ordering")
 STATISTICS = ("delta", "sensitivity", "sensitivity_diff", "trend")
 DEFAULT_MARGIN = 0.02
 MARGIN_RULE = "a positive, finite number of nats"  # every margin: claims file, claim, make table --margin
-
-
-def valid_margin(value) -> bool:
-    return finite_number(value) and value > 0
 TOP_KEYS = ("margin", "claims", "studies")
 PROSE = ("claim", "paper", "paper_numbers", "note")  # free text: not part of the digest
 KEYS = ("id", *PROSE, "experiment", "at", "baseline", "rows", "pairs", "hypothesis", "statistic", "margin", "seeds",
         "conditions", "study")
 REQUIRED = ("id", "claim", "paper", "experiment", "hypothesis", "seeds")
 CONDITIONS = ("own_lr", "max_epochs")
+
+
+def valid_margin(value) -> bool:
+    return finite_number(value) and value > 0
 
 
 

@@ -57,16 +57,15 @@ def ladder_trend(claim: Claim, table: Table | None) -> Result:
         c.slow = {label: s for (v, _), (label, s) in cells.items() if v in (c.row, c.baseline) and s}
     present = {c.row: sorted(c.deltas.index) for c in everyone}
     texts = [f"fit-free: paired Δ vs the baseline per size at {steps} steps, its slope over ln N"]
-    unmet, tags = [f"planned seeds missing for {c.row}: {seed_range(planned - set(c.deltas.index))}"
-                   for c in comparisons if planned - set(c.deltas.index)], []
-    tags += [RUNS_MISSING] if unmet else []
+    unmet = [f"planned seeds missing for {c.row}: {seed_range(planned - set(c.deltas.index))}"
+             for c in comparisons if planned - set(c.deltas.index)]
     # a size the study declares (or the ladder has) but a pair lacks: the trend would read a shorter ladder
     sizes = (claim.protocol.get("rows") or {}).get("model") or list(dict.fromkeys(
         s for c in everyone for s in c.per_size))
     for c in everyone:
         if missing := [s for s in sizes if s not in c.per_size]:
             unmet.append(f"planned sizes missing for {c.row}: {', '.join(missing)}")
-            tags += [] if RUNS_MISSING in tags else [RUNS_MISSING]
+    tags = [RUNS_MISSING] if unmet else []
     own = table.rows["lr_own"].all() if "lr_own" in table.rows else table.tuned == "optim.lr"
     if claim.own_lr and not own:
         unmet.append("not at their own tuned LR: a size or FFN not at the LR its scan chose, or at one LR")

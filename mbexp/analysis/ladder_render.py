@@ -177,13 +177,13 @@ def ladder_trends(results_dir) -> list[dict]:
         for (variant, steps), rows in fit[~fit["baseline"].astype(bool)].groupby(["variant", "steps"], sort=False):
             first, last = rows.iloc[0], rows.iloc[-1]
             out.append({"experiment": experiment, "variant": variant, "steps": int(steps),
-                          "baseline": fit.loc[fit["baseline"].astype(bool), "variant"].iloc[0],
-                          "from": f"{first['size']}: {multiplier_cell(first)}",
-                          "to": f"{last['size']}: {multiplier_cell(last)}",
-                          "trend": str(last["trend"]), "panel": _csv_text(last, "panel"),
-                          "fit_free": _csv_text(last, "fit_free"), "fit_free_p": last.get("fit_free_p", math.nan),
-                          "crossover": "none" if pd.isna(last["crossover"]) else
-                          f"{last['crossover']:.2g} FLOPs ({last['crossover_where']} the data)"})
+                        "baseline": fit.loc[fit["baseline"].astype(bool), "variant"].iloc[0],
+                        "from": f"{first['size']}: {multiplier_cell(first)}",
+                        "to": f"{last['size']}: {multiplier_cell(last)}",
+                        "trend": str(last["trend"]), "panel": _csv_text(last, "panel"),
+                        "fit_free": _csv_text(last, "fit_free"), "fit_free_p": last.get("fit_free_p", math.nan),
+                        "crossover": "none" if pd.isna(last["crossover"]) else
+                        f"{last['crossover']:.2g} FLOPs ({last['crossover_where']} the data)"})
     return out
 
 

@@ -65,8 +65,15 @@ def run_hours(results_dir, experiment: str) -> tuple[int, float]:
         s = read_summary(path.parent)
         if s and s.get("step") and _counts(s):
             runs += 1
-            seconds += (s.get("wall_time_s") or 0) - (s.get("branched") or {}).get("wall_time_s", 0)
+            seconds += _own(s)[1]
     return runs, seconds / 3600
+
+
+def _own(summary: dict) -> tuple[float, float]:
+    """(steps, seconds) the run itself trained: a budget branch without the trunk it resumed from."""
+    branched = summary.get("branched") or {}
+    return (summary["step"] - branched.get("step", 0),
+            (summary.get("wall_time_s") or 0) - branched.get("wall_time_s", 0))
 
 
 def _counts(summary: dict) -> bool:
@@ -105,14 +112,13 @@ def cost(study: Study, results_dir) -> dict:
     steps = tokens = seconds = 0.0
     unbranched, over = 0, 0
     for s in _runs(study, results_dir):
-        branched = s.get("branched") or {}
-        own = s["step"] - branched.get("step", 0)
-        if not branched and s["steps"] < study.budgets[-1]:
+        own, own_seconds = _own(s)
+        if not s.get("branched") and s["steps"] < study.budgets[-1]:
             unbranched += 1
             over += own - (s["steps"] - cooldown_start(s["steps"], cooldown_fraction(study)))
         steps += own
         tokens += own * (s.get("tokens_seen") or 0) / s["step"]
-        seconds += (s.get("wall_time_s") or 0) - branched.get("wall_time_s", 0)
+        seconds += own_seconds
     rows, grid = len(study.row_values()), len(study.lr_grid)
     scan_seeds = study.own_scan_seeds
     naive = rows * grid * len(set(scan_seeds) | set(study.seeds)) * sum(study.budgets)

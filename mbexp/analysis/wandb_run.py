@@ -24,8 +24,7 @@ def log_tables(tables: dict[str, Table], written: dict[str, list[Path]], *, wand
                     ", ".join(WANDB_MODES))
         mode = "offline"
     Path(wandb_dir, "wandb").mkdir(parents=True, exist_ok=True)
-    run = wandb.init(project=settings.project, entity=settings.entity, mode=mode, dir=wandb_dir,
-                     job_type="table",
+    run = wandb.init(project=settings.project, entity=settings.entity, mode=mode, dir=wandb_dir, job_type="table",
                      name="table", config={"experiments": sorted(tables)}, settings=wandb_settings())
     try:
         for exp, table in tables.items():
