@@ -199,16 +199,22 @@ def _pairs(entry: dict, hypothesis: str, statistic: str, where: str) -> tuple:
 
 
 def check_consistent(claims: list[Claim], where: str) -> None:
-    """Claims read at the same experiment and column read the same runs: they must declare the same conditions."""
-    groups: dict = {}
-    for c in claims:
-        groups.setdefault((c.experiment, c.at), []).append(c)
-    for (experiment, at), group in groups.items():
-        if len({(c.own_lr, c.max_epochs) for c in group}) > 1:
-            said = "; ".join(f"{c.id}: own_lr {str(c.own_lr).lower()}, max_epochs {c.max_epochs}" for c in group)
-            column = ", ".join(f"{k}={v}" for k, v in at)
-            raise ClaimsError(f"{where}: claims on the same runs ({experiment}{', ' if column else ''}{column}) "
+    """Claims that can read the same runs (one experiment, columns that agree on every key both name; no column:
+    the reference column or every one) must declare the same conditions."""
+    for i, a in enumerate(claims):
+        clash = [b for b in claims[i + 1:] if b.experiment == a.experiment and _overlap(a.at, b.at)
+                 and (b.own_lr, b.max_epochs) != (a.own_lr, a.max_epochs)]
+        if clash:
+            said = "; ".join(f"{c.id}: own_lr {str(c.own_lr).lower()}, max_epochs {c.max_epochs}" for c in [a, *clash])
+            column = ", ".join(f"{k}={v}" for k, v in (a.at or clash[0].at))
+            raise ClaimsError(f"{where}: claims on the same runs ({a.experiment}{', ' if column else ''}{column}) "
                               f"declare different conditions ({said}); declare the same conditions for all of them")
+
+
+def _overlap(at: tuple, other: tuple) -> bool:
+    """Whether two read-at columns can be the same runs: no key that both name has two values."""
+    named = dict(other)
+    return all(named.get(key, value) == value for key, value in at)
 
 
 def check(results_dir) -> None:

@@ -145,6 +145,9 @@ MUTANTS = [
     Mutant("naive_grid_without_scan", "mbexp/analysis/studies.py", "len(set(scan_seeds) | set(study.seeds))",
            "len(study.seeds)", (T + "test_study.py::test_a_study_reusing_a_scan_inherits_it_and_its_claims_digest_"
                                 "follows_it",)),
+    Mutant("conditions_by_exact_column", "mbexp/declarations.py",
+           "return all(named.get(key, value) == value for key, value in at)", "return at == other",
+           (T + "test_declarations.py::test_a_bad_claims_file_is_one_line_naming_the_file_and_the_claim",)),
     Mutant("digest_seed_order", "mbexp/declarations.py", '"seeds": sorted(seeds)', '"seeds": seeds',
            (T + "test_declarations.py::test_a_claims_digest_does_not_depend_on_the_order_of_its_seeds",)),
     Mutant("some_runs_declared", "mbexp/analysis/verdicts.py", "if len(read) and declared == len(read):",

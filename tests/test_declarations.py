@@ -117,6 +117,11 @@ BAD = {  # what the claims file holds -> what the one error line must say
     "conditions: {own_lr: true}}\n- {id: b, claim: x, paper: p, experiment: e, hypothesis: worse, baseline: b, "
     "rows: [r], seeds: [0], conditions: {own_lr: false}}\n":
         "claims on the same runs (e) declare different conditions (a: own_lr true, max_epochs 1.0; b: own_lr false",
+    "claims:\n- {id: a, claim: x, paper: p, experiment: e, hypothesis: better, baseline: b, rows: [r], seeds: [0], "
+    "conditions: {own_lr: true}}\n- {id: b, claim: x, paper: p, experiment: e, hypothesis: worse, baseline: b, "
+    "rows: [r], seeds: [0], at: {train.steps: 300}, conditions: {own_lr: false}}\n":  # no column: it may be 300
+        "claims on the same runs (e, train.steps=300) declare different conditions (a: own_lr true, max_epochs 1.0; "
+        "b: own_lr false",
     "claims: [{id: a, claim: x, paper: p, experiment: e, hypothesis: better, baseline: b, rows: [r], seeds: [-1, 0]}]"
     "\n": "claim 0 (a): seeds must be a non-empty list of distinct integers in [0, 2**32), got [-1, 0]",
     **{f"claims: [{{id: a, claim: x, paper: p, experiment: e, hypothesis: better, baseline: b, rows: [r], seeds: [0], "
@@ -135,6 +140,16 @@ def test_a_bad_claims_file_is_one_line_naming_the_file_and_the_claim(tmp_path, t
         declarations.load_claims(path)
     assert str(err.value).startswith(f"claims file {path}") and BAD[text] in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_claims_on_different_columns_may_declare_different_conditions(tmp_path):
+    """Two budgets are two sets of runs: only claims that can read the same runs must agree."""
+    path = tmp_path / "claims.yaml"
+    path.write_text("claims:\n" + "".join(
+        f"- {{id: {i}, claim: x, paper: p, experiment: e, hypothesis: better, baseline: b, rows: [r], seeds: [0], "
+        f"at: {{train.steps: {steps}}}, conditions: {{own_lr: {own}}}}}\n"
+        for i, steps, own in (("a", 300, "true"), ("b", 600, "false"))), encoding="utf-8")
+    assert [c.own_lr for c in declarations.load_claims(path)] == [True, False]
 
 
 def test_a_latin1_byte_is_named_with_its_line_and_claim(tmp_path):
