@@ -616,6 +616,19 @@ def test_a_full_disk_while_building_the_token_cache_names_the_file_and_errno(tmp
     assert not list(cache.rglob("*.tmp")) and not list(cache.rglob("meta.json"))
 
 
+def test_a_token_cache_on_a_full_disk_names_the_file_and_enospc(small_disk, tmp_path):
+    """The same fault on a real 1 MiB disk: ENOSPC, the file named, nothing half-written left behind."""
+    cache = small_disk / "cache"
+    args = clean(overrides(tmp_path, cache, *SHORT, "data.vocab_size=300"))
+    proc = subprocess.run([sys.executable, "-m", "mbexp.train", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    (line,) = flagged(proc.stderr)
+    assert ": No space left on device (ENOSPC)); rerun the same command to resume once the disk takes writes" in line
+    assert str(cache) in line and "Traceback" not in proc.stderr
+    assert not list(cache.rglob("*.tmp")) and not list(cache.rglob("meta.json"))
+
+
 def test_a_failed_job_of_a_sweep_prints_no_hydra_line(tmp_path, cache):
     not_a_dir = tmp_path / "link"  # a dangling link where the token cache should be: each job fails to make it
     not_a_dir.symlink_to(tmp_path / "gone" / "cache")

@@ -4,6 +4,7 @@ tabled, exit 4 (1 with --strict); a bad argument is one line and exit 2; never a
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -84,6 +85,24 @@ def test_a_list_in_an_identity_is_a_value_of_its_own(wsd_results, tmp_path):
     summary["identity"]["optim.cooldown_shape"] = [1, 2]  # a list where text goes: named and left out
     path.write_text(json.dumps(summary))
     assert make_table(results).returncode == 4
+
+
+def test_through_make_every_failure_exits_2_and_its_last_line_has_the_scripts_code(wsd_results, tmp_path):
+    """docs/troubleshooting.md, "Through make": make's own exit code is 2 whatever the script returned; its last line
+    carries the script's (2: no results folder; 4: a run file left out)."""
+    results = copied(wsd_results, tmp_path)
+    path = run_dirs(results)[0] / "summary.json"
+    summary = json.loads(path.read_text())
+    summary["identity"]["optim.cooldown_shape"] = [1, 2]
+    path.write_text(json.dumps(summary))
+    for where, code in ((tmp_path / "missing", 2), (results, 4)):
+        assert make_table(where).returncode == code
+        # this interpreter, and no set-up: the venv is what runs the tests
+        make = ["make", "--no-print-directory", "-o", ".venv/.installed", f"BIN={Path(sys.executable).parent}"]
+        done = subprocess.run([*make, "table", f"RESULTS={where}"], cwd=REPO, capture_output=True, text=True,
+                              timeout=300, env={**os.environ, "WANDB_MODE": "disabled", "WANDB_DIR": str(tmp_path)})
+        assert done.returncode == 2, done.stderr[-2000:]
+        assert re.search(rf"make: \*\*\* \[Makefile:\d+: table\] Error {code}$", done.stderr.rstrip()), done.stderr
 
 
 def test_config_values_of_any_types_sort_without_comparing_types():
