@@ -140,10 +140,56 @@ class RunState:
         return dict(run_id=self.wandb_id, name=f"{self.variant}/seed={c.seed}", group=self.variant,
                     job_type=c.name, tags=tags, config=config)
 
-    def record(self, values: dict, logger, *, early: bool = False) -> None:
+    # What the training loop tells the run, and asks it: it computes, the run keeps count and decides when.
+    def done(self) -> bool:
+        return self.step >= self.cfg.train.steps
+
+    def stepped(self, loss: torch.Tensor) -> None:
+        """One optimiser step taken, with its loss (kept on the device until the next log line)."""
+        self.step += 1
+        self.loss_sum += loss
+        self.n_losses += 1
+
+    def warmed_up(self, seconds: float) -> None:
+        """A process's first step took `seconds`: warm-up (the compile, when compiled), not throughput."""
+        self.warmup_s += seconds
+        self.warmup_steps += 1
+
+    def timed(self, steps: int, seconds: float) -> float:
+        """`steps` steady steps took `seconds`: their tokens/s, counted towards the run's."""
+        self.train_time += seconds
+        self.timed_steps += steps
+        return steps * tokens_per_step(self.cfg) / seconds
+
+    def mean_train_loss(self) -> float:
+        """The mean train loss since the last log line, over every rank (one host sync); starts the next mean."""
+        value = distributed.mean(self.loss_sum / self.n_losses, self.ddp).item()
+        self.loss_sum.zero_()
+        self.n_losses = 0
+        return value
+
+    def logs_now(self) -> bool:
+        return logs_at(self.step, self.cfg.train, self.cfg.train.steps)
+
+    def evaluates_now(self) -> bool:
+        return evaluates_at(self.step, self.cfg.train, self.cfg.train.steps)
+
+    def scores_test_now(self, batches: Batches) -> bool:
+        """The held-out split is scored once, at the last step, where there is one."""
+        return self.step == self.cfg.train.steps and len(batches.starts["test"]) > 0
+
+    def saves_now(self) -> bool:
+        """A periodic checkpoint; none at the last step (the run then finishes)."""
+        return self.step % self.cfg.train.checkpoint_every == 0 and not self.done()
+
+    def diverged(self, why: str) -> None:
+        log.warning("%s diverged at step %d (%s)", self.variant, self.step, why)
+        self.status = "diverged"
+
+    def record(self, values: dict, logger) -> None:
         rec = {"step": self.step, **values, "tokens": self.step * tokens_per_step(self.cfg)}
         self.records.append(rec)
-        if early:
+        if "val_loss" in values and self.step == early_step(self.cfg.train.steps):
             self.early = early_record(rec)
         if self.ddp.is_main:
             path = self.dir / METRICS

@@ -20,7 +20,7 @@ from mbexp.data import Batches, TokenData, prepare
 from mbexp.logger import NullLogger, make_logger
 from mbexp.model import DecoderLM, param_counts
 from mbexp.progress import progress_bar
-from mbexp.run_state import RunState, early_step, evaluates_at, failure_text, finished, logs_at, tokens_per_step
+from mbexp.run_state import RunState, failure_text, finished, tokens_per_step
 from mbexp.runs import RunBusy, RunLock, config_hash, run_dir
 from mbexp.schedule import lr_for
 from mbexp.stop import StopRequest
@@ -239,60 +239,52 @@ def _evaluate_val(learner: Learner, cfg: Config) -> dict:
 
 
 def _loop(learner: Learner, run: RunState, logger, stop: StopRequest, trunk: Trunk) -> None:
+    """Train until the run is done, stopped or diverged: the compute; `run` keeps count and says when to log,
+    evaluate and save."""
     cfg, t = run.cfg, learner
-    steps, o, tcfg = cfg.train.steps, cfg.optim, cfg.train
-    per_step = tokens_per_step(cfg)
-    diverge_above = tcfg.diverge_factor * math.log(t.model.spec.vocab_size)
-    early = early_step(steps)
+    diverge_above = cfg.train.diverge_factor * math.log(t.model.spec.vocab_size)
     timed = 0  # steps since the last log line that count for tokens/s
     t_last = time.perf_counter()
-    bar = progress_bar(steps, initial=run.step, desc=run.variant, enabled=tcfg.progress and run.ddp.is_main)
+    bar = progress_bar(cfg.train.steps, initial=run.step, desc=run.variant,
+                       enabled=cfg.train.progress and run.ddp.is_main)
     first = True
-    while run.step < steps and not stop.requested:
-        lr = lr_for(o, run.step, steps)
-        loss, grad_norm = train_step(t, lr, o.grad_clip)
-        run.step += 1
-        run.loss_sum += loss
-        run.n_losses += 1
+    while not run.done() and not stop.requested:
+        lr = lr_for(cfg.optim, run.step, cfg.train.steps)
+        loss, grad_norm = train_step(t, lr, cfg.optim.grad_clip)
+        run.stepped(loss)
         bar.update()
         if first:  # a process's first step (compiling it, when compiled) is warm-up, not throughput
             loss.item()
             now = time.perf_counter()
-            run.warmup_s += now - t_last
-            run.warmup_steps += 1
+            run.warmed_up(now - t_last)
             t_last, first = now, False
         else:
             timed += 1
-        if logs_at(run.step, tcfg, steps):
-            train_loss = distributed.mean(run.loss_sum / run.n_losses, run.ddp).item()  # one host sync per interval
+        if run.logs_now():
+            train_loss = run.mean_train_loss()
             now = time.perf_counter()
             values = {"train_loss": train_loss, "lr": lr, "grad_norm": grad_norm.item()}
             if timed:
-                run.train_time += now - t_last
-                run.timed_steps += timed
-                values["tokens_per_s"] = timed * per_step / (now - t_last)
+                values["tokens_per_s"] = run.timed(timed, now - t_last)
                 bar.set_postfix(loss=f"{train_loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{values['tokens_per_s']:,.0f}")
             run.record(values, logger)
-            run.loss_sum.zero_()
-            run.n_losses, timed = 0, 0
+            timed = 0
             if not math.isfinite(train_loss) or train_loss > diverge_above:
-                log.warning("%s diverged at step %d (train loss %s > %.2f)", run.variant, run.step, train_loss,
-                            diverge_above)
-                run.status = "diverged"
+                run.diverged(f"train loss {train_loss} > {diverge_above:.2f}")
                 break
             t_last = time.perf_counter()
-        if evaluates_at(run.step, tcfg, steps):
+        if run.evaluates_now():
             t_eval = time.perf_counter()
             values = _evaluate_val(t, cfg)
-            if run.step == steps and len(t.batches.starts["test"]):  # the held-out split, scored once at the end
+            if run.scores_test_now(t.batches):
                 values["test_loss"], values["test_bpb"] = evaluate(t.model, t.batches, t.device, t.precision,
-                                                                   tcfg.batch_size, "test")
-            run.record(values, logger, early=run.step == early)
+                                                                   cfg.train.batch_size, "test")
+            run.record(values, logger)
             if not math.isfinite(values["val_loss"]):
                 run.status = "diverged"
                 break
             t_last += time.perf_counter() - t_eval  # evaluation time is not training throughput
         trunk.after_step(run, learner)  # a wsd trunk's evaluations and checkpoints for its budget branches
-        if run.step % tcfg.checkpoint_every == 0 and run.step < steps:
+        if run.saves_now():
             run.checkpoint(t.model, t.optimizer, t.batches)
     bar.close()
