@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError, OmegaConfBaseException
 
 from mbexp import RESULTS_DIR
-from mbexp.names import AXES, NORM_DEFAULTS
+from mbexp.names import NORM_DEFAULTS
 from mbexp.validate import ConfigError, validate
 
 
@@ -223,26 +223,23 @@ def unknown_key(key: str) -> str:
     return f"{key} is not a config key" + (f"; the closest: {', '.join(close)}" if close else "")
 
 
-BLOCK_GROUPS = tuple(AXES)
-
-
-def spec_key(field_name: str) -> str:
-    """The config key of a ModelSpec field: `norm` -> norm.name, `norm_eps` -> norm.eps, `d_model` -> model.d_model."""
-    group, _, rest = field_name.partition("_")
-    if field_name in BLOCK_GROUPS:
-        return f"{field_name}.name"
-    return f"{group}.{rest}" if group in BLOCK_GROUPS else f"model.{field_name}"
+SPEC_KEYS = {  # each ModelSpec field and the config key it is read from (vocab_size: the tokenizer's)
+    "d_model": "model.d_model", "n_layers": "model.n_layers", "n_heads": "model.n_heads",
+    "n_kv_heads": "model.n_kv_heads", "seq_len": "model.seq_len", "pos": "model.pos", "rope_base": "model.rope_base",
+    "tie_embeddings": "model.tie_embeddings", "bias": "model.bias", "qk_norm": "model.qk_norm",
+    "emb_scale": "model.emb_scale", "norm": "norm.name", "norm_eps": "norm.eps", "norm_bias": "norm.bias",
+    "norm_alpha_init": "norm.alpha_init", "placement": "placement.name", "ffn": "ffn.name", "ffn_gelu": "ffn.gelu",
+    "hidden": "hidden.name", "hidden_multiple_of": "hidden.multiple_of",
+}
 
 
 def model_spec(cfg: Config, vocab_size: int):
     """The model contract (a ModelSpec) for this config and a tokenizer of `vocab_size` tokens."""
-    from dataclasses import fields
     from operator import attrgetter
 
     from mbexp.model import ModelSpec
 
-    values = {f.name: attrgetter(spec_key(f.name))(cfg) for f in fields(ModelSpec) if f.name != "vocab_size"}
-    return ModelSpec(vocab_size=vocab_size, **values)
+    return ModelSpec(vocab_size=vocab_size, **{name: attrgetter(key)(cfg) for name, key in SPEC_KEYS.items()})
 
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"

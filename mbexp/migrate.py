@@ -12,6 +12,9 @@ ADDED_LATER = {"data.test_fraction": 0.0, "model.n_kv_heads": None, "model.bias"
                "optim.cooldown_fraction": 0.2, "optim.cooldown_shape": "linear"}
 # Rows of this model preset predate the preset tag in row names (-ladder96): their names carry none.
 UNTAGGED_PRESET = "tiny"
+# The model options added later, as they read in a row name when set away from their ADDED_LATER value.
+ROW_TAGS = {"model.n_kv_heads": "kv{}", "model.bias": "bias", "model.qk_norm": "qk{}", "ffn.gelu": "gelu{}",
+            "norm.alpha_init": "a{}", "model.emb_scale": "embscale", "model.rope_base": "rope{:.0f}"}
 # A key that stopped deciding the numbers is hashed at the one value every old run had.
 HASHED_AS = {"compile": False}  # compiling changes speed, not what is computed
 # The identity holds the resolved precision; schema-1 runs hashed `auto`, which resolved to bf16 for every one.
@@ -42,6 +45,22 @@ def flat(d: dict, prefix: str = "") -> dict:
         else:
             out[f"{prefix}{key}"] = value
     return out
+
+
+def row_tags(values: dict) -> list[str]:
+    """What a row name adds to its four block axes (flat config `values`): the ROW_TAGS away from their old value,
+    sinusoidal positions (rope and learned rows predate the tags), a model preset other than UNTAGGED_PRESET."""
+    tags = [tag.format(values[key]) for key, tag in ROW_TAGS.items() if values[key] != ADDED_LATER[key]]
+    if values["model.pos"] == "sinusoidal":
+        tags.append("sinusoidal")
+    if values["model.name"] != UNTAGGED_PRESET:  # a size preset (model=small, model=ladder96) names its row
+        tags.append(values["model.name"])
+    return tags
+
+
+def legacy_identity(summary: dict) -> dict:
+    """Summaries written before `identity` existed: the row hash and the warm-up decide the config."""
+    return {"row_id": summary["row_id"], "optim.warmup_steps": summary["axes"]["warmup_steps"]}
 
 
 def recorded_identity(d: dict, *, without: tuple[str, ...] = ()) -> dict:

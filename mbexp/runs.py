@@ -13,15 +13,12 @@ from pathlib import Path
 
 from mbexp.config import Config
 from mbexp.io import file_lock
-from mbexp.migrate import ADDED_LATER, UNTAGGED_PRESET, flat, hashed_identity, pop_key, recorded_identity
+from mbexp.migrate import flat, hashed_identity, pop_key, recorded_identity, row_tags
 from mbexp.names import AXES
 
 # keys that change where or how a run is logged, not what it computes
 NOT_IDENTITY = ("seed", "name", "force", "results_dir", "device", "logger", "slurm", "data.cache_dir",
                 "train.log_every", "train.checkpoint_every", "train.progress", "train.budgets")
-# the model options added later, as they read in a row name when set away from their legacy value
-ROW_TAGS = {"model.n_kv_heads": "kv{}", "model.bias": "bias", "model.qk_norm": "qk{}", "ffn.gelu": "gelu{}",
-            "norm.alpha_init": "a{}", "model.emb_scale": "embscale", "model.rope_base": "rope{:.0f}"}
 
 
 def identity(cfg: Config, *, without: tuple[str, ...] = ()) -> dict:
@@ -47,13 +44,7 @@ def row_name(cfg: Config) -> str:
     """The readable table row: the four block axes, then each later model option that is not at its legacy
     value (e.g. rms-pre-swiglu-matched-kv2-qkhead; sinusoidal positions as -sinusoidal), then a model preset
     other than the default tiny (-ladder96)."""
-    values = flat(asdict(cfg))
-    tags = [tag.format(values[key]) for key, tag in ROW_TAGS.items() if values[key] != ADDED_LATER[key]]
-    if cfg.model.pos == "sinusoidal":  # rope and learned rows predate the tags: their names stay as they were
-        tags.append("sinusoidal")
-    if cfg.model.name != UNTAGGED_PRESET:  # a size preset (model=small, model=ladder96) names its row
-        tags.append(cfg.model.name)
-    return "-".join([*(getattr(cfg, axis).name for axis in AXES), *tags])
+    return "-".join([*(getattr(cfg, axis).name for axis in AXES), *row_tags(flat(asdict(cfg)))])
 
 
 def variant_name(cfg: Config) -> str:

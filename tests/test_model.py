@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from mbexp import config, names
-from mbexp.config import Config, model_spec, spec_key
+from mbexp.config import Config, model_spec
 from mbexp.model import FINAL_NORM, PLACEMENTS, Block, DecoderLM, ModelSpec, param_counts
 from mbexp.model.ffn import ACTIVATIONS, FFNS, GELUS, HIDDEN_RULES
 from mbexp.model.norms import NORMS
@@ -35,7 +35,8 @@ def test_registries_are_keyed_by_the_option_names():
 def test_model_spec_reads_every_model_option_of_the_config():
     """One source of defaults: each ModelSpec field is one config key, and every model-deciding key of the
     norm, placement, ffn, hidden and model groups is a ModelSpec field (model.name only labels a preset)."""
-    keys = {spec_key(f.name) for f in dataclasses.fields(ModelSpec) if f.name != "vocab_size"}
+    assert list(config.SPEC_KEYS) == [f.name for f in dataclasses.fields(ModelSpec) if f.name != "vocab_size"]
+    keys = set(config.SPEC_KEYS.values())
     groups = {"norm": config.NormConfig, "placement": config.PlacementConfig, "ffn": config.FFNConfig,
               "hidden": config.HiddenConfig, "model": config.ModelConfig}
     schema = {f"{g}.{f.name}" for g, cls in groups.items() for f in dataclasses.fields(cls)} - {"model.name"}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from mbexp.io import CONFIG, METRICS, STATUSES, SUMMARY, SummaryError, is_int, is_number, read_regular, read_summary
-from mbexp.migrate import identity_values, upgrade
+from mbexp.migrate import identity_values, legacy_identity, upgrade
 from mbexp.names import AXES
 from mbexp.runs import experiment_dir
 from mbexp.summary import NUMBERS as SUMMARY_NUMBERS
@@ -117,11 +117,6 @@ def _wrong_curve_value(record: dict) -> str | None:
         if value is not None and not is_number(value):
             return f"{key} is {json.dumps(value)[:40]}"
     return None
-
-
-def legacy_identity(summary: dict) -> dict:
-    """Summaries written before `identity` existed: the row hash and the warm-up decide the config."""
-    return {"row_id": summary["row_id"], "optim.warmup_steps": summary["axes"]["warmup_steps"]}
 
 
 def order_key(value) -> tuple:

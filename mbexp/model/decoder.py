@@ -21,8 +21,8 @@ FINAL_NORM = {"pre": True, "post": False, "peri": True, "output": True, "deepnor
 @dataclass
 class ModelSpec:
     """Everything that decides the model's shape; the model's only contract. No defaults here: they are the
-    config's (config.model_spec fills each field from its key: `d_model` <- model.d_model, `norm` <- norm.name,
-    `norm_eps` <- norm.eps, `hidden_multiple_of` <- hidden.multiple_of; vocab_size comes from the tokenizer)."""
+    config's (config.SPEC_KEYS names each field's key, config.model_spec fills it; vocab_size comes from the
+    tokenizer)."""
 
     vocab_size: int
     d_model: int
