@@ -20,10 +20,11 @@ import torch
 from matplotlib.figure import Figure
 
 from mbexp import RESULTS_DIR, Parser
-from mbexp.config import compose_config, model_spec, to_object
+from mbexp.config import compose_config, to_object
 from mbexp.data import Batches, prepare
 from mbexp.io import write_text
 from mbexp.model import PLACEMENTS, DecoderLM, deepnorm_init_
+from mbexp.trainer import make_learner
 
 matplotlib.use("Agg")
 WEIGHTS = {"ffn.w": "FFN W1", "ffn.w2": "FFN W2"}
@@ -42,11 +43,12 @@ def xavier_init(model: DecoderLM) -> None:
             deepnorm_init_(block, model.spec.n_layers)
 
 
-def grad_norms(placement: str, init: str, *, layers: int, seed: int, batch, cfg) -> list[dict]:
-    """One backward pass of a freshly initialised model: the gradient norm of every block weight."""
+def grad_norms(placement: str, init: str, *, layers: int, seed: int, batch, cfg, data) -> list[dict]:
+    """One backward pass of a freshly initialised model (the trainer's, at `seed`): the gradient norm of every
+    block weight."""
     cfg.placement.name, cfg.model.n_layers, cfg.model.tie_embeddings = placement, layers, init == "mbexp"
-    torch.manual_seed(seed)
-    model = DecoderLM(model_spec(cfg, cfg.data.vocab_size))
+    cfg.seed = seed
+    model = make_learner(cfg, data, torch.device("cpu"), "fp32").model
     if init == "xavier":
         xavier_init(model)
     _, loss = model(*batch)
@@ -77,7 +79,7 @@ def main() -> None:
     batches = Batches(data, seq_len=cfg.model.seq_len, batch_size=16, seed=0, val_windows=16)
     batch = next(batches.val_batches(16))  # real text: the first 16 fixed validation windows
     rows = [r for init in INITS for placement in PLACEMENTS for seed in range(args.seeds)
-            for r in grad_norms(placement, init, layers=args.layers, seed=seed, batch=batch, cfg=cfg)]
+            for r in grad_norms(placement, init, layers=args.layers, seed=seed, batch=batch, cfg=cfg, data=data)]
     table = pd.DataFrame(rows)
     table = table[table.weight.isin(["FFN W1", "FFN W2"])]
     table = table.groupby(["layer", "init", "placement", "weight"], sort=False)["grad_norm"].mean()
