@@ -27,6 +27,7 @@ from mbexp.declarations import (
     VERDICTS,
     WORSE,
 )
+from mbexp.runs import summaries_of
 
 CLAIMS_BEGIN, CLAIMS_END = "<!-- claims:begin -->", "<!-- claims:end -->"
 RESULTS_BEGIN, RESULTS_END = "<!-- results:begin -->", "<!-- results:end -->"
@@ -244,7 +245,8 @@ def results_page(results: list[Result], results_dir, trends: list[dict] = (), co
         out += ["## Declared studies: compute", "", *costs, "", "([studies.md](studies.md#cost))", ""]
     out += [f"- `{study}`: LR scan [table](../results/tables/{study}{SCAN}.md), "
             f"[figure](../results/figures/{study}{SCAN}.png)" for study in scans] + ([""] if scans else [])
-    experiments = sorted({r.claim.experiment for r in results if r.present})  # those with runs
+    experiments = sorted({r.claim.experiment for r in results if r.present}  # those with runs, scans included
+                         | {name for name, _ in found(results_dir, "", "md") if summaries_of(results_dir, name)})
     out += ["## Tables and figures", "", "Each experiment's runs and their summed run time (one thread each, from "
             "their summaries; a budget branch without its trunk; two jobs side by side take about half):", ""]
     out += [f"- `{exp}`: {n} runs, {hours:.1f} run-hours: [table](../results/tables/{exp}.md), "
