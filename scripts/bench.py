@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         sections = {
             "peak": ("matmul peak", lambda: matmul_peak(args.device, args.sizes, args.inner, reps=10)),
             "speed_bar": ("mbexp's defaults against the plain loop, compile included", lambda: speed_bar(bench)),
-            "throughput": ("bare train_step loop against mbexp's trainer, fp32 and bf16", lambda: throughput(bench)),
+            "throughput": (f"bare train_step loop against mbexp's trainer, {' and '.join(bench.precisions)}",
+                           lambda: throughput(bench)),
             "variants": ("FFN variants and norms (bare loop)", lambda: variants(bench)),
             "norm_micro": ("the norms alone", lambda: norm_micro(bench)),
             "precision_auto": (f"fp32 against bf16 autocast, trainer, {args.val_steps} steps" if native_bf16 else
