@@ -13,6 +13,7 @@ from mbexp.analysis.ladder_render import ladder_markdown, ladder_trends, lr_ladd
 from mbexp.analysis.render import CI, fmt
 from mbexp.analysis.studies import annotate, cost_lines, run_hours
 from mbexp.analysis.table import build_tables, seed_text, setting
+from mbexp.claims_file import load_studies
 from mbexp.declarations import (
     AGREES,
     BETTER,
@@ -245,8 +246,9 @@ def results_page(results: list[Result], results_dir, trends: list[dict] = (), co
         out += ["## Declared studies: compute", "", *costs, "", "([studies.md](studies.md#cost))", ""]
     out += [f"- `{study}`: LR scan [table](../results/tables/{study}{SCAN}.md), "
             f"[figure](../results/figures/{study}{SCAN}.png)" for study in scans] + ([""] if scans else [])
-    experiments = sorted({r.claim.experiment for r in results if r.present}  # those with runs, scans included
-                         | {name for name, _ in found(results_dir, "", "md") if summaries_of(results_dir, name)})
+    experiments = sorted({r.claim.experiment for r in results if r.present}  # those with runs, and the scans
+                         | {s.scan_experiment for s in load_studies(results_dir).values()
+                            if summaries_of(results_dir, s.scan_experiment)})
     out += ["## Tables and figures", "", "Each experiment's runs and their summed run time (one thread each, from "
             "their summaries; a budget branch without its trunk; two jobs side by side take about half):", ""]
     out += [f"- `{exp}`: {n} runs, {hours:.1f} run-hours: [table](../results/tables/{exp}.md), "
