@@ -60,7 +60,7 @@ def identity_key(key: str) -> str:
 def _in_identity(key: str) -> bool:
     """Whether a run's identity records `key`'s value: the study finds a run's row by it."""
     from mbexp.config import SCHEMA_KEYS
-    from mbexp.runs import NOT_IDENTITY
+    from mbexp.run.identity import NOT_IDENTITY
 
     ident = identity_key(key)
     return ident in SCHEMA_KEYS and not any(ident == k or ident.startswith(f"{k}.") for k in NOT_IDENTITY)

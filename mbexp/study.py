@@ -18,9 +18,9 @@ from mbexp.claims_file import CLAIMS_FILE, ClaimsError, Study, claims_path, iden
 from mbexp.config import hydra_override
 from mbexp.declarations import check as check_claims
 from mbexp.io import FINISHED, SummaryError, is_number, read_summary
-from mbexp.migrate import identity_values
-from mbexp.runs import summaries_of
-from mbexp.summary import lr_problem
+from mbexp.run.identity import summaries_of
+from mbexp.run.migrate import identity_values
+from mbexp.run.summary import lr_problem
 
 
 class StudyError(ValueError):

@@ -38,7 +38,7 @@ from mbexp.preflight import (
     split_commands,
     sweep_of,
 )
-from mbexp.runs import experiment_dir, run_dir
+from mbexp.run.identity import experiment_dir, run_dir
 
 log = logging.getLogger("mbexp")
 
@@ -72,7 +72,7 @@ BUSY = 3  # the exit code of a command that left some run to another process (do
 
 def _failure(cfg: DictConfig, exc: Exception) -> str:
     """What failed, and where to look: the run's summary.json only if this failure was written there."""
-    from mbexp.run_state import failure_text
+    from mbexp.run.state import failure_text
 
     directory, error = getattr(exc, "run_dir", None) or _planned_dir(cfg), failure_text(exc)
     # a disk that takes no writes may hold no log either; a rerun resumes from the last checkpoint

@@ -1,5 +1,5 @@
 """The training loop: `train(cfg)` runs (or resumes, or skips) one run and returns its summary; `train_step`
-and `evaluate` are the compute it repeats (mbexp.run_state holds the run's state and files)."""
+and `evaluate` are the compute it repeats (mbexp.run.state holds the run's state and files)."""
 
 import contextlib
 import logging
@@ -12,16 +12,17 @@ from pathlib import Path
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from mbexp import checkpoint, distributed, speed
-from mbexp.branches import Branch, Trunk, budget_configs
+from mbexp import distributed, speed
 from mbexp.config import Config, ConfigError, model_spec, to_object
 from mbexp.corpus import fingerprint
 from mbexp.data import Batches, TokenData, prepare
 from mbexp.logger import NullLogger, make_logger
 from mbexp.model import DecoderLM, param_counts
 from mbexp.progress import progress_bar
-from mbexp.run_state import RunState, failure_text, finished, tokens_per_step
-from mbexp.runs import RunBusy, RunLock, config_hash, run_dir
+from mbexp.run import checkpoint
+from mbexp.run.branches import Branch, Trunk, budget_configs
+from mbexp.run.identity import RunBusy, RunLock, config_hash, run_dir
+from mbexp.run.state import RunState, failure_text, finished, tokens_per_step
 from mbexp.schedule import lr_for
 from mbexp.stop import StopRequest
 

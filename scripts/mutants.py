@@ -39,7 +39,7 @@ CLAIMS = (T + "test_claim_rules.py", T + "test_claims.py")
 SCALING = (T + "test_scaling_rules.py", T + "test_scaling.py")
 MUTANTS = [
     # rules a golden test alone would catch: each has a test of its own
-    Mutant("force_ignored", "mbexp/run_state.py", "summary = None if force else finished_summary(directory, chash)",
+    Mutant("force_ignored", "mbexp/run/state.py", "summary = None if force else finished_summary(directory, chash)",
            "summary = finished_summary(directory, chash)",
            (T + "test_resume.py::test_force_reruns_a_finished_run",)),
     Mutant("constant_lr", "mbexp/schedule.py",
@@ -87,9 +87,9 @@ MUTANTS = [
     Mutant("decay_misses_floor", "mbexp/schedule.py", "max(1, total_steps - 1 - warmup_steps)",
            "max(1, total_steps - warmup_steps)", (T + "test_rules.py",)),
     # identity and resume
-    Mutant("seed_in_identity", "mbexp/runs.py", 'NOT_IDENTITY = ("seed", "name",', 'NOT_IDENTITY = ("name",',
+    Mutant("seed_in_identity", "mbexp/run/identity.py", 'NOT_IDENTITY = ("seed", "name",', 'NOT_IDENTITY = ("name",',
            (T + "test_rules.py",)),
-    Mutant("added_later_always_dropped", "mbexp/migrate.py", "if key not in without and values.get(key) == old:",
+    Mutant("added_later_always_dropped", "mbexp/run/migrate.py", "if key not in without and values.get(key) == old:",
            "if key not in without:", (T + "test_rules.py",)),
     Mutant("resume_ignores_checkpoint", "mbexp/trainer.py",
            "state = None if cfg.force else checkpoint.load(directory, config_hash=chash)", "state = None",
@@ -131,14 +131,14 @@ MUTANTS = [
            "p < alpha or p_perm < alpha", (T + "test_trend.py",)),
     Mutant("cooldown_half_to_even", "mbexp/schedule.py", "math.floor(cooldown_fraction * total_steps + 0.5)",
            "round(cooldown_fraction * total_steps)", (T + "test_wsd.py::test_a_cool_down_of_half_a_step_rounds_up",)),
-    Mutant("legacy_value_wins", "mbexp/migrate.py", "return ADDED_LATER | identity", "return identity | ADDED_LATER",
-           (T + "test_migrate.py",)),
+    Mutant("legacy_value_wins", "mbexp/run/migrate.py", "return ADDED_LATER | identity",
+           "return identity | ADDED_LATER", (T + "test_migrate.py",)),
     Mutant("one_epoch_past", "mbexp/analysis/verdicts.py", "epochs <= claim.max_epochs", "epochs < claim.max_epochs",
            (T + "test_declarations.py::test_exactly_the_declared_epochs_meets_the_condition",)),
     Mutant("residual_init_unscaled", "mbexp/model/decoder.py", "std=0.02 / math.sqrt(2 * spec.n_layers)",
            "std=0.02 / math.sqrt(spec.n_layers)",
            (T + "test_model.py::test_residual_projections_start_scaled_by_the_depth",)),
-    Mutant("finished_any_config", "mbexp/run_state.py", 'in FINISHED and summary.get("config_hash") == chash',
+    Mutant("finished_any_config", "mbexp/run/state.py", 'in FINISHED and summary.get("config_hash") == chash',
            "in FINISHED", (T + "test_resume.py::test_a_finished_summary_of_another_config_is_not_this_runs",)),
     Mutant("eps_zero_allowed", "mbexp/validate.py", '_above("norm.eps", cfg.norm.eps, 0)',
            '_at_least("norm.eps", cfg.norm.eps, 0)', (T + "test_config.py::test_bad_input_names_the_key_and_choices",)),
@@ -159,7 +159,7 @@ MUTANTS = [
     Mutant("beyond_not_holm", "mbexp/analysis/claims.py", "far = stats.holm([stats.beyond_margin(c.interval, "
            "claim.margin) if margins else math.nan for c in out])", "far = [stats.beyond_margin(c.interval, "
            "claim.margin) if margins else math.nan for c in out]", (T + "test_claim_rules.py",)),
-    Mutant("tokens_per_s_all_steps", "mbexp/run_state.py", "round(self.timed_steps * per_step / self.train_time",
+    Mutant("tokens_per_s_all_steps", "mbexp/run/state.py", "round(self.timed_steps * per_step / self.train_time",
            "round(self.step * per_step / self.train_time",
            (T + "test_declarations.py::test_tokens_per_s_counts_the_timed_steps_only",)),
 ]

@@ -13,8 +13,8 @@ from tiny import REPO, clean, mbexp_train, overrides
 from mbexp import declarations
 from mbexp.config import compose_config, to_object
 from mbexp.distributed import Dist
-from mbexp.run_state import RunState
-from mbexp.runs import config_hash, run_dir
+from mbexp.run.identity import config_hash, run_dir
+from mbexp.run.state import RunState
 from mbexp.trainer import train
 
 RELU, SWIGLU = "layer-pre-relu-matched", "layer-pre-swiglu-matched"

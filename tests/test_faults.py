@@ -25,7 +25,7 @@ from mbexp.config import DataConfig, compose_config, model_spec, to_object
 from mbexp.io import finite, json_line
 from mbexp.model import DecoderLM
 from mbexp.preflight import SKIP_ENV, check_multirun
-from mbexp.runs import RunLock, run_dir
+from mbexp.run.identity import RunLock, run_dir
 from mbexp.trainer import Learner, make_optimizer, train, train_step
 
 SHORT = ["train.steps=2", "train.eval_every=2", "train.log_every=1", "train.checkpoint_every=100"]

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from mbexp import migrate
+from mbexp.run import migrate
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -6,7 +6,7 @@ from tiny import clean, overrides
 
 from mbexp.analysis import render, table
 from mbexp.config import compose_config
-from mbexp.summary import FIELDS
+from mbexp.run.summary import FIELDS
 from mbexp.trainer import train
 
 SHORT = ["train.steps=6", "train.eval_every=3", "train.log_every=3", "device=cpu", "compile=false"]

@@ -14,7 +14,7 @@ from tiny import REPO, clean, losses, mbexp_train, overrides, summaries
 from wandb_files import offline_runs
 
 from mbexp.config import compose_config, to_object
-from mbexp.runs import run_dir
+from mbexp.run.identity import run_dir
 from mbexp.trainer import train
 
 SLOW = ["train.steps=60", "train.checkpoint_every=10", "train.eval_every=20"]
@@ -159,7 +159,7 @@ def test_force_reruns_a_finished_run(tmp_path, cache):
 
 
 def test_a_finished_summary_of_another_config_is_not_this_runs(tmp_path):
-    from mbexp.run_state import finished_summary
+    from mbexp.run.state import finished_summary
 
     (tmp_path / "summary.json").write_text(json.dumps({"status": "completed", "config_hash": "x"}))
     assert finished_summary(tmp_path, "x")["status"] == "completed" and finished_summary(tmp_path, "y") is None

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from mbexp.config import compose_config, to_object
-from mbexp.runs import config_hash, identity, row_name, run_dir, variant_name
+from mbexp.run.identity import config_hash, identity, row_name, run_dir, variant_name
 from mbexp.schedule import lr_at
 from mbexp.train import normalize_argv
 

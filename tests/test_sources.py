@@ -15,7 +15,7 @@ import yaml
 
 from mbexp import config, corpus, io, schedule, validate
 from mbexp.config import compose_config, to_object
-from mbexp.summary import FIELDS
+from mbexp.run.summary import FIELDS
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -241,7 +241,7 @@ SUMMARY = {"steps": 16, "seed": 0, "status": "completed", "final_val_loss": 5.0}
 
 
 def test_a_row_key_left_out_of_an_identity_at_its_default_is_found(tmp_path):
-    # runs at a later-added key's old value leave it out of their identity (mbexp.migrate.ADDED_LATER)
+    # runs at a later-added key's old value leave it out of their identity (mbexp.run.migrate.ADDED_LATER)
     (tmp_path / "claims.yaml").write_text(STUDY.format(cache=tmp_path).replace(
         "rows: {ffn: [relu, swiglu]}", "rows: {optim.cooldown_shape: [linear, sqrt]}"))
     for i, (shape, lr) in enumerate([(c, lr) for c in ("linear", "sqrt") for lr in (1e-3, 1e-2)]):

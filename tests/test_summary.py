@@ -5,8 +5,8 @@ from dataclasses import asdict, fields
 from pathlib import Path
 
 from mbexp.analysis import collect
-from mbexp.migrate import SCHEMA, upgrade
-from mbexp.summary import FIELDS, NUMBERS, RunSummary
+from mbexp.run.migrate import SCHEMA, upgrade
+from mbexp.run.summary import FIELDS, NUMBERS, RunSummary
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -36,10 +36,10 @@ def test_every_committed_summary_reads_as_a_run_summary():
 def test_declarations_are_kept_through_a_checkpoint(tmp_path):
     import torch
 
-    from mbexp import checkpoint
     from mbexp.config import Config
     from mbexp.distributed import Dist
-    from mbexp.run_state import RunState
+    from mbexp.run import checkpoint
+    from mbexp.run.state import RunState
 
     class Batches:
         def state(self):

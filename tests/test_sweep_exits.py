@@ -14,7 +14,7 @@ from tiny import REPO, clean, mbexp_train, overrides, summaries
 from mbexp import preflight
 from mbexp import train as cli
 from mbexp.config import ConfigError, compose_config, to_object
-from mbexp.runs import RunLock, run_dir
+from mbexp.run.identity import RunLock, run_dir
 
 LAUNCHERS = {"joblib": ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"],
              "submitit_local": ["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10"]}

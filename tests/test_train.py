@@ -15,7 +15,7 @@ from wandb_files import offline_runs
 
 from mbexp.config import compose_config, to_object
 from mbexp.data import prepare
-from mbexp.runs import run_dir
+from mbexp.run.identity import run_dir
 from mbexp.schedule import lr_at
 from mbexp.trainer import train
 

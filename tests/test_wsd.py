@@ -8,7 +8,7 @@ from test_resume import kill_when, popen_train
 from tiny import clean, mbexp_train, metrics, overrides
 
 from mbexp.config import compose_config, to_object
-from mbexp.runs import run_dir
+from mbexp.run.identity import run_dir
 from mbexp.schedule import cooldown_start, lr_at
 from mbexp.trainer import train
 

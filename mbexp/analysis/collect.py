@@ -11,11 +11,11 @@ from pathlib import Path
 import pandas as pd
 
 from mbexp.io import CONFIG, METRICS, STATUSES, SUMMARY, SummaryError, is_int, is_number, read_regular, read_summary
-from mbexp.migrate import identity_values, legacy_identity, upgrade
 from mbexp.names import AXES
-from mbexp.runs import experiment_dir
-from mbexp.summary import NUMBERS as SUMMARY_NUMBERS
-from mbexp.summary import lr_problem
+from mbexp.run.identity import experiment_dir
+from mbexp.run.migrate import identity_values, legacy_identity, upgrade
+from mbexp.run.summary import NUMBERS as SUMMARY_NUMBERS
+from mbexp.run.summary import lr_problem
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +182,7 @@ def _schema_defaults() -> dict:
     from dataclasses import asdict
 
     from mbexp.config import Config
-    from mbexp.migrate import flat
+    from mbexp.run.migrate import flat
 
     return flat(asdict(Config()))
 

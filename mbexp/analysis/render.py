@@ -8,7 +8,7 @@ import pandas as pd
 from mbexp.analysis import stats
 from mbexp.analysis.table import SENSITIVITY_AXES, Table, setting, short
 from mbexp.declarations import BASELINE, BETTER, EQUIVALENT, UNRESOLVED, WORSE
-from mbexp.summary import FLOPS_FORMULA, N_MATMUL
+from mbexp.run.summary import FLOPS_FORMULA, N_MATMUL
 
 CI = f"{stats.LEVEL:.0%}"  # an interval's coverage as its headers and captions say it
 MARK_TEXT = {BETTER: BETTER, WORSE: WORSE, EQUIVALENT: "equiv. ±{m}", UNRESOLVED: UNRESOLVED, BASELINE: BASELINE}

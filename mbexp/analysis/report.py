@@ -28,7 +28,7 @@ from mbexp.declarations import (
     VERDICTS,
     WORSE,
 )
-from mbexp.runs import summaries_of
+from mbexp.run.identity import summaries_of
 
 CLAIMS_BEGIN, CLAIMS_END = "<!-- claims:begin -->", "<!-- claims:end -->"
 RESULTS_BEGIN, RESULTS_END = "<!-- results:begin -->", "<!-- results:end -->"

@@ -10,7 +10,7 @@ from mbexp.analysis.table import Table
 from mbexp.claims_file import Study, load_studies
 from mbexp.config import CONF_DIR, ConfigError, OptimConfig, compose_config
 from mbexp.io import is_number, read_summary
-from mbexp.runs import summaries_of
+from mbexp.run.identity import summaries_of
 from mbexp.schedule import cooldown_start
 from mbexp.study import StudyError, choose, row_of
 

@@ -14,7 +14,7 @@ from mbexp.analysis.collect import AXES, collect_runs, order_key
 from mbexp.analysis.sizes import PER_RUNG, is_ladder, variant_and_size
 from mbexp.declarations import BASELINE, DEFAULT_MARGIN, MARGIN_RULE, valid_margin
 from mbexp.io import FINISHED
-from mbexp.migrate import identity_values
+from mbexp.run.migrate import identity_values
 
 TUNE = "optim.lr"  # the tuned key by default, when a row has runs at several of its values
 COLUMN_AXES = ("optim.warmup_steps", "train.steps", "optim.lr")  # a swept key outside the row identity, in priority

@@ -13,8 +13,8 @@ from mbexp.config import Config, compose_config, model_spec, to_object
 from mbexp.data import TokenData, prepare
 from mbexp.io import METRICS
 from mbexp.model import DecoderLM, param_counts
-from mbexp.run_state import tokens_per_step
-from mbexp.runs import run_dir
+from mbexp.run.identity import run_dir
+from mbexp.run.state import tokens_per_step
 from mbexp.schedule import lr_for
 from mbexp.trainer import compile_model, evaluate, make_learner, train, train_step
 

@@ -9,7 +9,7 @@ from mbexp.config import model_spec
 from mbexp.model import param_counts
 from mbexp.model.ffn import FFNS
 from mbexp.model.norms import NORMS, build_norm
-from mbexp.run_state import tokens_per_step
+from mbexp.run.state import tokens_per_step
 from mbexp.trainer import autocast
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}

@@ -11,8 +11,8 @@ from mbexp.bench.harness import PRECISIONS
 from mbexp.bench.speed_bar import SPEED_BAR
 from mbexp.model import DecoderLM, flops_terms
 from mbexp.model import flops_per_token as model_flops_per_token
+from mbexp.run.summary import FLOPS_FORMULA, N_MATMUL
 from mbexp.speed import MIN_SPEEDUP, VAL_LOSS_TOLERANCE
-from mbexp.summary import FLOPS_FORMULA, N_MATMUL
 
 TRAINER_MIN_RATIO = 0.95  # the trainer must reach this share of the bare loop's tokens/s
 THREAD_ENV = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "MKL_NUM_THREADS", "KMP_BLOCKTIME")

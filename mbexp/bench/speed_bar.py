@@ -4,7 +4,7 @@ import time
 
 from mbexp import speed
 from mbexp.bench.harness import ESTIMATE, BareLoop, Bench, log, summarize
-from mbexp.run_state import tokens_per_step
+from mbexp.run.state import tokens_per_step
 
 # mbexp's defaults against the plain loop, steady-state tokens/s, by the precision precision=auto resolves to:
 # 1.3x where bf16 runs natively; without it never below the plain loop

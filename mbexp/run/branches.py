@@ -8,10 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mbexp import checkpoint
 from mbexp.config import Config
 from mbexp.io import SUMMARY
-from mbexp.run_state import (
+from mbexp.run import checkpoint
+from mbexp.run.state import (
     RunState,
     early_record,
     early_step,

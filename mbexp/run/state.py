@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from mbexp import checkpoint, distributed
+from mbexp import distributed
 from mbexp.config import Config
 from mbexp.data import Batches, TokenData
 from mbexp.declarations import covering
@@ -26,11 +26,12 @@ from mbexp.io import (
     write_json,
     write_text,
 )
-from mbexp.migrate import SCHEMA, upgrade
 from mbexp.model import DecoderLM, flops_per_token
 from mbexp.names import AXES
-from mbexp.runs import config_hash, git_commit, identity_flat, job_command, row_name, variant_name, versions
-from mbexp.summary import RunSummary
+from mbexp.run import checkpoint
+from mbexp.run.identity import config_hash, git_commit, identity_flat, job_command, row_name, variant_name, versions
+from mbexp.run.migrate import SCHEMA, upgrade
+from mbexp.run.summary import RunSummary
 
 log = logging.getLogger("mbexp")
 
@@ -105,7 +106,7 @@ class RunState:
         self.early: dict = {}
         self.meta: dict = {}
         self.declarations = covering(cfg.results_dir, cfg.name)  # claim digests at launch; a resume keeps its own
-        self.branch_evals: dict = {}  # budget -> evaluations a trunk made for that budget only (mbexp.branches)
+        self.branch_evals: dict = {}  # budget -> evaluations a trunk made for that budget only (mbexp.run.branches)
         self.branched: dict | None = None  # a budget branch: the trunk step and wall time it started from
         self.loss_sum, self.n_losses = torch.zeros(()), 0  # train loss accumulated since the last log line
         # tokens/s counts timed steps only: each process's first step (the compile, when compiled) is warm-up

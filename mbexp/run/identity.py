@@ -13,8 +13,8 @@ from pathlib import Path
 
 from mbexp.config import Config
 from mbexp.io import file_lock
-from mbexp.migrate import flat, hashed_identity, pop_key, recorded_identity, row_tags
 from mbexp.names import AXES
+from mbexp.run.migrate import flat, hashed_identity, pop_key, recorded_identity, row_tags
 
 # keys that change where or how a run is logged, not what it computes
 NOT_IDENTITY = ("seed", "name", "force", "results_dir", "device", "logger", "slurm", "data.cache_dir",

@@ -4,7 +4,7 @@ import math
 from dataclasses import dataclass, field, fields
 
 from mbexp.io import is_number
-from mbexp.migrate import SCHEMA
+from mbexp.run.migrate import SCHEMA
 
 # flops_per_token's formula (mbexp.model.flops_terms counts its terms; tables and the bench print it)
 FLOPS_FORMULA = "6*N_matmul + 12*n_layers*d_model*seq_len"
@@ -17,7 +17,7 @@ def _number():
 
 @dataclass
 class RunSummary:
-    """One run's summary.json, schema SCHEMA (mbexp.migrate.upgrade reads older ones as this)."""
+    """One run's summary.json, schema SCHEMA (mbexp.run.migrate.upgrade reads older ones as this)."""
 
     status: str  # running, interrupted, failed, diverged or completed
     experiment: str
