@@ -70,8 +70,8 @@ def train_step(learner: Learner, lr: float, grad_clip: float) -> tuple[torch.Ten
     """One optimiser step on the next training batch: the (loss, gradient norm), left on the device (no host
     sync). The trainer and scripts/bench.py both call this, so the bench measures the product."""
     t = learner
-    for group in t.optimizer.param_groups:
-        group["lr"] = lr
+    for group in t.optimizer.param_groups:  # a group's lr_scale: its LR relative to optim.lr (muP, Muon)
+        group["lr"] = lr * group.get("lr_scale", 1.0)
     x, y = t.batches.next_train()
     step_model = t.model if t.step_model is None else t.step_model
     with autocast(t.device, t.precision):
