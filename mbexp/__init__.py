@@ -2,9 +2,11 @@
 
 import argparse
 import os
+from pathlib import Path
 
 __version__ = "0.1.0"
 RERUN_ENV = "MBEXP_RERUN"  # set by a command that runs mbexp.train for the user: its own command, to rerun
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"  # the Hydra config tree: groups, experiments
 RESULTS_DIR = "results"  # results_dir's and every command's --results default: runs, tables, figures, claims
 INTERRUPTED = 130  # the exit code of every command stopped by Ctrl-C (128 + SIGINT), its work kept
 

@@ -13,7 +13,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError, OmegaConfBaseException
 
-from mbexp import RESULTS_DIR
+from mbexp import CONF_DIR, RESULTS_DIR
 from mbexp.names import NORM_DEFAULTS
 from mbexp.validate import ConfigError, validate
 
@@ -107,6 +107,7 @@ class TrainConfig:
     checkpoint_every: int = 100
     diverge_factor: float = 1.5  # a loss above diverge_factor * ln(vocab) counts as diverged
     budgets: list[int] | None = None  # optim.schedule=wsd: run these train.steps budgets from one trunk
+    final_eval: str = "windows"  # the final val/test losses: on the fixed windows, or on the whole splits (full)
     progress: bool = True
 
 
@@ -242,7 +243,6 @@ def model_spec(cfg: Config, vocab_size: int):
     return ModelSpec(vocab_size=vocab_size, **{name: attrgetter(key)(cfg) for name, key in SPEC_KEYS.items()})
 
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = tuple(sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir() and p.name != "hydra"))  # norm=rms, ...
 _DEFAULTS = Config()
 SCHEMA_KEYS = tuple(_keys(_DEFAULTS))

@@ -264,9 +264,12 @@ class Batches:
         per_rank = self.batch_size // self.world_size
         return self._windows(self.data.train, starts[self.rank * per_rank : (self.rank + 1) * per_rank])
 
-    def val_batches(self, batch_size: int, split: str = "val"):
-        """The fixed windows of the validation (or test) split in order, as (x, y) batches."""
+    def val_batches(self, batch_size: int, split: str = "val", whole: bool = False):
+        """The fixed windows of the validation (or test) split in order, as (x, y) batches; `whole`: every window
+        of seq_len + 1 tokens at a stride of seq_len, so each token after the first is predicted once."""
         tokens, starts = getattr(self.data, split), self.starts[split]
+        if whole:
+            starts = np.arange((tokens.size - 1) // self.seq_len, dtype=np.int64) * self.seq_len
         for i in range(0, len(starts), batch_size):
             yield self._windows(tokens, starts[i : i + batch_size])
 

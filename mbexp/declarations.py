@@ -1,7 +1,8 @@
 """Declared claims (`<results_dir>/claims.yaml`): loaded, validated strictly and digested (docs/table.md).
 
-A run records at launch the digests of the claims of its experiment (`covering`); a verdict is confirmatory only
-when every run it reads recorded its claim's current digest. Torch- and pandas-free: the trainer imports it.
+A run records at launch the digests of the claims of its experiment, or of its study's scan (`covering`); a verdict
+is confirmatory only when every run it reads recorded its claim's current digest (and the rest of docs/table.md's
+provenance rule holds). Torch- and pandas-free: the trainer imports it.
 """
 
 import hashlib
@@ -10,7 +11,9 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mbexp import CONF_DIR
 from mbexp.claims_file import (
+    SCAN_SUFFIX,
     SEED_LIST,
     ClaimsError,
     claims_path,
@@ -77,6 +80,15 @@ def digest(content: dict) -> str:
     """Short sha256 of the canonical JSON of a claim's declared content."""
     text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(text.encode("ascii")).hexdigest()[:12]
+
+
+def experiment_config(experiment: str):
+    """The experiment's config file as parsed (comments aside), or None without one: the LR, steps, schedule and
+    sweep a claim reads, so that a claim's digest changes when they do."""
+    import yaml
+
+    path = CONF_DIR / "experiment" / f"{experiment}.yaml"
+    return yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
 def load_claims(path) -> list[Claim]:
@@ -159,7 +171,8 @@ def parse_claim(entry, default_margin: float, where: str, studies: dict | None =
     content = {"experiment": entry["experiment"], "at": at, "pairs": [list(p) for p in pairs],
                "hypothesis": hypothesis, "statistic": statistic, "margin": margin, "seeds": sorted(seeds),
                "conditions": {"own_lr": own_lr, "max_epochs": max_epochs},
-               "study": {"name": study, **protocol} if study else None}
+               "study": {"name": study, **protocol} if study else None,
+               "experiment_config": experiment_config(entry["experiment"])}
     return Claim(
         id=entry["id"], claim=entry["claim"], paper=entry["paper"], paper_numbers=entry.get("paper_numbers", ""),
         experiment=entry["experiment"], hypothesis=hypothesis, pairs=pairs, seeds=tuple(sorted(seeds)),
@@ -234,4 +247,12 @@ def covering(results_dir, experiment: str) -> dict[str, str]:
     except ClaimsError as err:
         log.warning("%s; the run records no declaration, so its verdicts will be exploratory", err)
         return {}
-    return {c.id: c.digest for c in claims if c.experiment == experiment}
+    return {c.id: c.digest for c in claims if experiment in (c.experiment, scan_experiment(c))}
+
+
+def scan_experiment(claim: Claim) -> str | None:
+    """Where the scan that chooses a study claim's LRs runs, when the claim's own study runs it (not a study
+    reusing another's scan, whose scan runs were launched under that study's claims)."""
+    if not claim.study or claim.protocol.get("scan_of"):
+        return None
+    return claim.experiment + SCAN_SUFFIX

@@ -109,11 +109,12 @@ def make_learner(cfg: Config, data: TokenData, device: torch.device, precision: 
 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, batches: Batches, device: torch.device, precision: str,
-             batch_size: int, split: str = "val") -> tuple[float, float]:
-    """(log-perplexity in nats/token, bits per byte) over the fixed windows of `split` (val or test)."""
+             batch_size: int, split: str = "val", whole: bool = False) -> tuple[float, float]:
+    """(log-perplexity in nats/token, bits per byte) over the fixed windows of `split` (val or test), or over the
+    whole split."""
     model.eval()
     nll, tokens, nbytes = torch.zeros((), dtype=torch.float64), 0, 0
-    for x, y in batches.val_batches(batch_size, split):
+    for x, y in batches.val_batches(batch_size, split, whole):
         with autocast(device, precision):
             logits, _ = model(x.to(device))
         nll += torch.nn.functional.cross_entropy(
@@ -280,6 +281,10 @@ def _loop(learner: Learner, run: RunState, logger, stop: StopRequest, trunk: Tru
             if run.scores_test_now(t.batches):
                 values["test_loss"], values["test_bpb"] = evaluate(t.model, t.batches, t.device, t.precision,
                                                                    cfg.train.batch_size, "test")
+            if run.done() and cfg.train.final_eval == "full":  # the curve keeps the fixed windows
+                for split in ("val", "test") if run.scores_test_now(t.batches) else ("val",):
+                    values[f"{split}_loss_full"], values[f"{split}_bpb_full"] = evaluate(
+                        t.model, t.batches, t.device, t.precision, cfg.train.batch_size, split, whole=True)
             run.record(values, logger)
             if not math.isfinite(values["val_loss"]):
                 run.status = "diverged"

@@ -30,6 +30,9 @@ MIN_VOCAB = 260  # byte-level BPE: its 256 byte tokens and the end-of-text token
 SEEDS = 2**32  # a seed lies in [0, SEEDS): 32 bits, which torch and numpy's legacy seeding both take
 
 
+FINAL_EVALS = ("windows", "full")  # train.final_eval: the fixed val/test windows, or the whole splits
+
+
 def _choice(key: str, value: Any, choices) -> None:
     if value not in choices:
         raise ConfigError(f"{key}={value!r} is not valid; choose one of: {', '.join(map(str, choices))}")
@@ -109,6 +112,7 @@ def validate(cfg) -> object:
         ("logger.mode", cfg.logger.mode, WANDB_MODES),
         ("device", cfg.device, DEVICES),
         ("precision", cfg.precision, PRECISIONS),
+        ("train.final_eval", cfg.train.final_eval, FINAL_EVALS),
     ]:
         _choice(key, value, choices)
     cfg.compile = str(cfg.compile).lower()  # Hydra reads compile=true as a bool

@@ -10,10 +10,12 @@ import sys
 import time
 
 import pytest
+import torch
 from tiny import REPO, clean, losses, metrics, overrides
 from wandb_files import offline_runs
 
 from mbexp.config import compose_config, to_object
+from mbexp.data import Batches
 from mbexp.data import prepare
 from mbexp.run.identity import run_dir
 from mbexp.schedule import lr_at
@@ -187,3 +189,21 @@ def test_a_run_past_one_epoch_says_so_before_it_trains(tmp_path, cache, caplog):
     past = train(compose_config(clean(overrides(tmp_path / "b", cache, *small, f"train.batch_size={rows}"))))
     said = f"this run reads its training split {past['epochs']:.1f} times ({past['train_tokens']} training tokens"
     assert past["epochs"] > 2 and said in caplog.text and "past one epoch" in caplog.text
+
+
+def test_full_final_evaluation_scores_every_token_of_both_splits(tmp_path, cache, bigtxt_tokens):
+    summary, directory = run(tmp_path, cache, "train.final_eval=full")
+    last = metrics(directory)[-1]
+    # the summary's final losses are the whole splits'; the curve keeps the fixed windows
+    assert summary["final_val_loss"] == last["val_loss_full"] != last["val_loss"]
+    assert summary["final_test_loss"] == last["test_loss_full"] != last["test_loss"]
+    assert summary["final_test_bpb"] == last["test_bpb_full"]
+    assert summary["identity"]["train.final_eval"] == "full"
+    # every window of 33 tokens at a stride of 32: each token after the first predicted once
+    batches = Batches(bigtxt_tokens, seq_len=32, batch_size=8, seed=0, val_windows=4)
+    ys = torch.cat([y.flatten() for _, y in batches.val_batches(64, "test", whole=True)])
+    n = (bigtxt_tokens.test.size - 1) // 32
+    assert ys.numel() == n * 32 and torch.equal(ys, torch.from_numpy(bigtxt_tokens.test[1:n * 32 + 1].astype("int64")))
+    windows, _ = run(tmp_path / "w", cache)
+    assert "train.final_eval" not in windows["identity"]  # the default keeps every committed run's directory
+    assert abs(windows["final_test_loss"] - summary["final_test_loss"]) < 0.2

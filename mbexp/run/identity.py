@@ -1,4 +1,4 @@
-"""Run identity and run files: the variant name, the run directory, the lock, provenance."""
+"""Run identity and run files: the variant name, the run directory, the lock, provenance (commit, clean tree)."""
 
 import contextlib
 import hashlib
@@ -98,13 +98,44 @@ def job_command() -> str | None:
     return shlex.join(["python", "-m", "mbexp.train", *HydraConfig.get().overrides.task])
 
 
-def git_commit() -> str:
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
+
+
+def _git(*args: str, where: Path = PACKAGE_DIR) -> str | None:
+    """A git command's output in the checkout `where` (the package's), or None outside one (an installed copy,
+    no git)."""
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                             cwd=Path(__file__).resolve().parent)
-        return out.stdout.strip() if out.returncode == 0 else "unknown"
+        out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=10, cwd=where)
     except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def git_commit(where: Path = PACKAGE_DIR) -> str:
+    return (_git("rev-parse", "HEAD", where=where) or "unknown").strip() or "unknown"
+
+
+def git_clean(where: Path = PACKAGE_DIR) -> bool | None:
+    """Whether the checkout the code runs from has no change outside results/, untracked files included (None:
+    not a git checkout), so that the recorded commit is the code that ran."""
+    status = _git("status", "--porcelain", "--", ":(top)", ":(top,exclude)results", where=where)
+    return None if status is None else status.strip() == ""
+
+
+def launch_provenance() -> dict:
+    """What a run records when it starts: the code commit and whether the tree was clean (docs/runs.md)."""
+    return {"git_commit": git_commit(), "git_clean": git_clean()}
+
+
+def resumed_provenance(launch: dict | None, now: dict) -> dict:
+    """A resumed run's provenance: its launch's commit, every later commit it ran on, clean only if every start
+    was (an older checkpoint without a record: unknown, so never clean)."""
+    launch = launch or {"git_commit": now["git_commit"], "git_clean": None}
+    later = list(launch.get("git_resumed", []))
+    if now["git_commit"] not in (launch["git_commit"], *later):
+        later.append(now["git_commit"])
+    clean = launch["git_clean"] and now["git_clean"]
+    return {"git_commit": launch["git_commit"], "git_clean": clean, "git_resumed": later}
 
 
 def versions() -> dict[str, str]:

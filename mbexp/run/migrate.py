@@ -9,7 +9,7 @@ SCHEMA = 2  # of summary.json and checkpoints; a file without a `schema` key is 
 ADDED_LATER = {"data.test_fraction": 0.0, "model.n_kv_heads": None, "model.bias": False, "model.qk_norm": "none",
                "norm.alpha_init": 0.5, "ffn.gelu": "exact", "model.emb_scale": False, "model.rope_base": 10000.0,
                "data.fingerprint": None,  # None: bigtxt, pinned by its checksum; text and hub corpora hash content
-               "optim.cooldown_fraction": 0.2, "optim.cooldown_shape": "linear"}
+               "optim.cooldown_fraction": 0.2, "optim.cooldown_shape": "linear", "train.final_eval": "windows"}
 # Rows of this model preset predate the preset tag in row names (-ladder96): their names carry none.
 UNTAGGED_PRESET = "tiny"
 # The model options added later, as they read in a row name when set away from their ADDED_LATER value.

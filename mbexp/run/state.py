@@ -29,7 +29,16 @@ from mbexp.io import (
 from mbexp.model import DecoderLM, flops_per_token
 from mbexp.names import AXES
 from mbexp.run import checkpoint
-from mbexp.run.identity import config_hash, git_commit, identity_flat, job_command, row_name, variant_name, versions
+from mbexp.run.identity import (
+    config_hash,
+    identity_flat,
+    job_command,
+    launch_provenance,
+    resumed_provenance,
+    row_name,
+    variant_name,
+    versions,
+)
 from mbexp.run.migrate import SCHEMA, upgrade
 from mbexp.run.summary import RunSummary
 
@@ -106,6 +115,7 @@ class RunState:
         self.early: dict = {}
         self.meta: dict = {}
         self.declarations = covering(cfg.results_dir, cfg.name)  # claim digests at launch; a resume keeps its own
+        self.provenance = launch_provenance()  # the commit and a clean tree at launch; a resume adds its own
         self.branch_evals: dict = {}  # budget -> evaluations a trunk made for that budget only (mbexp.run.branches)
         self.branched: dict | None = None  # a budget branch: the trunk step and wall time it started from
         self.loss_sum, self.n_losses = torch.zeros(()), 0  # train loss accumulated since the last log line
@@ -121,6 +131,7 @@ class RunState:
         self.timed_steps, self.warmup_steps = state["timed_steps"], state["warmup_steps"]
         self.warmup_s, self.declarations = state["warmup_s"], state["declarations"]
         self.branch_evals, self.branched = state["branch_evals"], state.get("branched")
+        self.provenance = resumed_provenance(state.get("provenance"), self.provenance)
 
     def start(self, counts: dict, model: DecoderLM, data: TokenData, precision: str, device: torch.device,
               compiled: bool) -> None:
@@ -215,7 +226,7 @@ class RunState:
             "loss_sum": self.loss_sum.item(), "n_losses": self.n_losses,
             "timed_steps": self.timed_steps, "warmup_steps": self.warmup_steps, "warmup_s": self.warmup_s,
             "declarations": self.declarations, "branch_evals": self.branch_evals, "branched": self.branched,
-            "schema": SCHEMA,
+            "provenance": self.provenance, "schema": SCHEMA,
         }
 
     def compile_s(self) -> float | None:
@@ -244,8 +255,9 @@ class RunState:
             axes={**{axis: getattr(c, axis).name for axis in AXES}, "warmup_steps": c.optim.warmup_steps},
             steps=c.train.steps, step=self.step, **self.meta, identity=identity_flat(c),
             early_tokens=early * per_step, **({"early_step": early} | self.early),
-            final_val_loss=final.get("val_loss"), final_val_bpb=final.get("val_bpb"),
-            final_test_loss=final.get("test_loss"), final_test_bpb=final.get("test_bpb"),
+            # train.final_eval=full: the whole splits' losses; else the fixed windows'
+            **{f"final_{m}": final.get(f"{m}_full", final.get(m)) for m in ("val_loss", "val_bpb", "test_loss",
+                                                                          "test_bpb")},
             # the mean train loss of the last log interval, and its gap to validation (negative: the model fits
             # its training text better than held-out text, as it does past one epoch)
             final_train_loss=final_train,
@@ -256,7 +268,7 @@ class RunState:
             tokens_per_s=round(self.timed_steps * per_step / self.train_time, 1) if self.train_time else None,
             # the median over log intervals: less sensitive to a moment of load on a shared machine
             tokens_per_s_median=round(statistics.median(rates), 1) if rates else None,
-            git_commit=git_commit(), versions=versions(), wandb_id=self.wandb_id, command=job_command(),
+            **{"git_resumed": [], **self.provenance}, versions=versions(), wandb_id=self.wandb_id, command=job_command(),
             declarations=self.declarations, branched=self.branched, error=error,
         ))
         if self.ddp.is_main:

@@ -56,7 +56,9 @@ class RunSummary:
     compile_s: float | None = _number()
     tokens_per_s: float | None = _number()  # over the timed steps (compile warm-up excluded)
     tokens_per_s_median: float | None = _number()  # over log intervals
-    git_commit: str = "unknown"
+    git_commit: str = "unknown"  # the code commit the run was launched from
+    git_clean: bool | None = None  # no change outside results/ at launch and every resume (None: not known)
+    git_resumed: list = field(default_factory=list)  # later commits a resume ran on
     versions: dict = field(default_factory=dict)
     wandb_id: str = ""
     command: str | None = None  # the command that reruns this job alone
