@@ -6,7 +6,6 @@ import functools
 import re
 import shlex
 from dataclasses import dataclass, field, fields, is_dataclass
-from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore

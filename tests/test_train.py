@@ -15,8 +15,7 @@ from tiny import REPO, clean, losses, metrics, overrides
 from wandb_files import offline_runs
 
 from mbexp.config import compose_config, to_object
-from mbexp.data import Batches
-from mbexp.data import prepare
+from mbexp.data import Batches, prepare
 from mbexp.run.identity import run_dir
 from mbexp.schedule import lr_at
 from mbexp.trainer import train

@@ -268,8 +268,8 @@ class RunState:
             tokens_per_s=round(self.timed_steps * per_step / self.train_time, 1) if self.train_time else None,
             # the median over log intervals: less sensitive to a moment of load on a shared machine
             tokens_per_s_median=round(statistics.median(rates), 1) if rates else None,
-            **{"git_resumed": [], **self.provenance}, versions=versions(), wandb_id=self.wandb_id, command=job_command(),
-            declarations=self.declarations, branched=self.branched, error=error,
+            **{"git_resumed": [], **self.provenance}, versions=versions(), wandb_id=self.wandb_id,
+            command=job_command(), declarations=self.declarations, branched=self.branched, error=error,
         ))
         if self.ddp.is_main:
             write_json(self.dir / SUMMARY, summary)
