@@ -1,5 +1,7 @@
 """Claim verdict rules (docs/table.md, "Claims"), each on a family built so that only the rule decides."""
 
+from types import SimpleNamespace
+
 import pytest
 from test_claims import BASE_LOSS, BIG, A, B, result
 from test_table import BASE, write_run
@@ -43,3 +45,14 @@ def test_an_equivalence_familys_beyond_margin_p_is_holm_adjusted(tmp_path):
     raw = [stats.beyond_margin(c.interval, 0.02) for c in r.comparisons]
     assert [c.beyond_holm for c in r.comparisons] == pytest.approx(list(stats.holm(raw)))
     assert r.comparisons[0].beyond_holm == pytest.approx(2 * raw[0]) and raw[0] < 0.025  # A: Δ −0.19, m = 2
+
+
+def test_a_claim_is_not_tested_only_when_none_of_its_comparisons_could_be():
+    """An untested comparison beside tested ones leaves the verdict to the tested ones."""
+    def of(*outcomes):
+        return verdict([SimpleNamespace(outcome=o) for o in outcomes])
+
+    assert of("untested", "untested") == "not tested" and of() == "not tested"
+    assert of("untested", "contradicts") == "disagrees"
+    assert of("untested", "supports") == "not resolved"  # every comparison must support to agree
+    assert of("supports", "supports") == "agrees"

@@ -19,8 +19,9 @@ from conftest import BIGTXT_TEST_SEQ_LEN, bigtxt_test_config
 
 from mbexp import corpus
 from mbexp.config import DataConfig
-from mbexp.corpus import BIGTXT_MD5, CorpusError, bigtxt_path, load_bigtxt, split_documents
-from mbexp.data import EOT, Batches, cache_key, main, prepare
+from mbexp.corpus import BIGTXT_MD5, CorpusError, bigtxt_path, load_bigtxt, split_documents, split_of
+from mbexp.corpus_check import corpus_problem
+from mbexp.data import EOT, Batches, build_cache, cache_key, main, prepare
 
 GUTENBERG_MARKERS = [
     "Project Gutenberg", "PROJECT GUTENBERG", "*** START", "*** END", "SMALL PRINT", "gutenberg.net", "Produced by",
@@ -202,6 +203,22 @@ def test_cached_held_out_tokens_are_their_documents(bigtxt_tokens, bigtxt_docs, 
         assert tok.decode(tokens[starts[i] : ends[i]].tolist()) == docs[i]
 
 
+def test_the_tokenizer_learns_from_the_training_split_only(tmp_path):
+    """A word found only in held-out documents is never merged: every learnt token occurs in the training text."""
+    rng = random.Random(0)
+    plain = [" ".join(rng.choice(WORDS) for _ in range(30)) for _ in range(60)]
+    marked = [d for d in (f"zqxjv {i} " * 20 for i in range(100)) if split_of(d, 0.2, 0.2) != "train"]
+    docs = plain + marked
+    train_text = "\n".join(d for d in docs if split_of(d, 0.2, 0.2) == "train")
+    counts = {s: sum(split_of(d, 0.2, 0.2) == s for d in docs) for s in ("train", "val", "test")}
+    assert counts["train"] and len(marked) > 20
+    tok = build_cache(tmp_path / "c", "text", docs, fractions=(0.2, 0.2), counts=counts, vocab_size=320,
+                      min_frequency=2).tokenizer
+    learnt = [tok.decode([i]) for i in range(tok.get_vocab_size()) if tok.id_to_token(i) != EOT]
+    merged = [t for t in learnt if len(t) > 1]
+    assert merged and all(t in train_text for t in merged), [t for t in merged if t not in train_text][:5]
+
+
 # (e) the cache key ------------------------------------------------------------------------------------------
 
 
@@ -381,6 +398,20 @@ def test_too_few_documents_for_the_split(tmp_path, hf_tmp_cache, capsys):
     err = capsys.readouterr().err
     assert "3 documents" in err and "val_fraction=0.05" in err
     assert re.search(r"\d+ train / \d+ val / \d+ test documents", err)
+
+
+def test_a_test_fraction_needs_a_test_document(tmp_path, hf_tmp_cache):
+    """A corpus whose documents all hash into train or validation has no test split: refused while
+    data.test_fraction holds one out, accepted at 0."""
+    paragraphs = [p for p in (f"Paragraph {i} walked by the quiet river." for i in range(40))
+                  if split_of(p, 0.3, 0.05) != "test"][:12]
+    path = tmp_path / "no_test.txt"
+    path.write_text("\n\n".join(paragraphs) + "\n")
+    d = DataConfig(name="text", path=str(path), val_fraction=0.3, test_fraction=0.05, max_docs=100)
+    problem = corpus_problem(d, seq_len=8)
+    assert problem and "12 documents are too few" in problem and " / 0 test documents" in problem
+    assert corpus_problem(DataConfig(name="text", path=str(path), val_fraction=0.3, test_fraction=0.0,
+                                     max_docs=100), seq_len=8) is None
 
 
 def test_too_few_tokens_for_seq_len(tmp_path, hf_tmp_cache, capsys):

@@ -163,3 +163,15 @@ def test_a_finished_summary_of_another_config_is_not_this_runs(tmp_path):
 
     (tmp_path / "summary.json").write_text(json.dumps({"status": "completed", "config_hash": "x"}))
     assert finished_summary(tmp_path, "x")["status"] == "completed" and finished_summary(tmp_path, "y") is None
+
+
+def test_a_checkpoint_of_another_config_is_never_resumed(tmp_path, caplog):
+    """A checkpoint names its config's hash: one of another config is passed over for this run's previous one,
+    and without one of this config the run starts from step 0."""
+    from mbexp.run import checkpoint
+
+    checkpoint.save(tmp_path, {"config_hash": "ours", "step": 10})
+    checkpoint.save(tmp_path, {"config_hash": "theirs", "step": 20})  # the latest; ours becomes the previous one
+    assert checkpoint.load(tmp_path, config_hash="ours") == {"config_hash": "ours", "step": 10}
+    assert checkpoint.load(tmp_path, config_hash="other") is None
+    assert "training again from step 0" in caplog.text

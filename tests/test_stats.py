@@ -126,3 +126,11 @@ def test_marks_are_strict_at_alpha_for_both_tests():
 
 def test_a_zero_sd_resolves_any_nonzero_effect_with_two_seeds():
     assert stats.seeds_needed(0.1, 0.0) == 2.0 and math.isinf(stats.seeds_needed(0.0, 0.1))
+
+
+def test_a_zero_spread_tost_is_decided_by_the_size_of_the_difference_not_its_sign():
+    """Δ exactly ±0.25 on every seed (se 0): equivalent within a margin of 0.5, not within 0.125, either sign."""
+    worse, better = stats.compare(seeds(1.25, 2.25), seeds(1.0, 2.0)), stats.compare(seeds(1.0, 2.0), seeds(1.25, 2.25))
+    assert (worse.delta, worse.se, better.delta, better.se) == (0.25, 0.0, -0.25, 0.0)
+    assert [stats.tost(iv, 0.5) for iv in (worse, better)] == [0.0, 0.0]
+    assert [stats.tost(iv, 0.125) for iv in (worse, better)] == [1.0, 1.0]

@@ -13,7 +13,7 @@ from tiny import REPO, summaries
 
 from mbexp import study as study_cli
 from mbexp.analysis import lr_scan, studies
-from mbexp.analysis.table import build_tables
+from mbexp.analysis.table import Table, build_tables
 from mbexp.claims_file import ClaimsError, load_studies, parse_studies, parse_study
 from mbexp.declarations import load_claims
 
@@ -251,6 +251,55 @@ def test_a_row_key_left_out_of_an_identity_at_its_default_is_found(tmp_path):
         (run / "summary.json").write_text(json.dumps(SUMMARY | {"identity": identity, "final_val_loss": 5 + lr}))
     choices = study_cli.choose(load_studies(tmp_path)["tiny"], tmp_path)
     assert {values: c.lr for values, c in choices.items()} == {("linear",): 1e-3, ("sqrt",): 1e-3}
+
+
+def write_scan(results, losses: dict) -> None:
+    """Finished scan runs of study tiny on seed 0: {(ffn, lr, steps): final validation loss}."""
+    for i, ((ffn, lr, steps), loss) in enumerate(losses.items()):
+        run = results / "runs" / "smoke_scan" / f"v{i}" / "seed=0"
+        run.mkdir(parents=True)
+        identity = {"ffn.name": ffn, "optim.lr": lr}
+        (run / "summary.json").write_text(json.dumps(SUMMARY | {"steps": steps, "identity": identity,
+                                                                "final_val_loss": loss}))
+
+
+def test_the_scan_is_read_at_the_selection_budget_not_the_largest(tmp_path):
+    """At 8 steps (select_at) the smaller LR is best for both rows, at 16 the larger: the choice is the former."""
+    (tmp_path / "claims.yaml").write_text(
+        STUDY.format(cache="c").replace("budgets: [8, 16]", "budgets: [8, 16]\n    select_at: 8"))
+    write_scan(tmp_path, {(ffn, lr, steps): 5.0 + (lr if steps == 8 else -lr) for ffn in ("relu", "swiglu")
+                          for lr in (1e-3, 1e-2) for steps in (8, 16)})
+    study = load_studies(tmp_path)["tiny"]
+    assert study.select_at == 8
+    choices = study_cli.choose(study, tmp_path)
+    assert {values: c.lr for values, c in choices.items()} == {("relu",): 1e-3, ("swiglu",): 1e-3}
+    assert study_cli.scan_losses(study, tmp_path, steps=16)[(("relu",), 1e-2)] == [5.0 - 1e-2]
+
+
+def test_an_unsorted_lr_grid_is_read_sorted_and_its_edges_are_its_ends(tmp_path):
+    """The grid 3e-3, 1e-3, 1e-2 is scanned from 1e-3 to 1e-2: a best of 1e-3 is the low edge, 3e-3 none."""
+    (tmp_path / "claims.yaml").write_text(
+        STUDY.format(cache="c").replace("lr_grid: [1.0e-3, 1.0e-2]", "lr_grid: [3.0e-3, 1.0e-3, 1.0e-2]"))
+    study = load_studies(tmp_path)["tiny"]
+    assert study.lr_grid == (1e-3, 3e-3, 1e-2)
+    write_scan(tmp_path, {("relu", lr, 16): 5.0 + lr for lr in study.lr_grid}
+               | {("swiglu", lr, 16): 5.0 + abs(lr - 3e-3) for lr in study.lr_grid})
+    choices = study_cli.choose(study, tmp_path)
+    assert {v: (c.lr, c.edge) for v, c in choices.items()} == {("relu",): (1e-3, "low"), ("swiglu",): (3e-3, "")}
+
+
+def test_a_row_has_its_own_lr_only_when_every_planned_run_is_at_the_chosen_lr(tmp_path):
+    """Both rows choose 1e-3: relu's planned seeds 1 and 2 ran at it, swiglu's seed 2 at 1e-2; seed 0 (a scan
+    seed) is not planned and does not count."""
+    (tmp_path / "claims.yaml").write_text(STUDY.format(cache="c"))
+    write_scan(tmp_path, {(ffn, lr, 16): 5.0 + lr for ffn in ("relu", "swiglu") for lr in (1e-3, 1e-2)})
+    runs = [("relu", 1, 1e-3), ("relu", 2, 1e-3), ("relu", 0, 1e-2), ("swiglu", 1, 1e-3), ("swiglu", 2, 1e-2)]
+    table = Table("smoke", pd.DataFrame({"label": ["relu", "swiglu"]}), pd.DataFrame(
+        {"label": [r for r, _, _ in runs], "seed": [s for _, s, _ in runs],
+         "identity": [{"ffn.name": r, "optim.lr": lr} for r, _, lr in runs]}), "validation", 0.02)
+    studies.annotate({"smoke": table}, tmp_path)
+    assert table.rows.set_index("label")["lr_own"].to_dict() == {"relu": True, "swiglu": False}
+    assert table.rows["lr_chosen"].tolist() == [1e-3, 1e-3]
 
 
 @pytest.mark.parametrize("damage, key", [

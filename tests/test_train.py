@@ -1,4 +1,5 @@
-"""Real training runs on the CPU: reproducibility, run files, W&B, divergence, interruption."""
+"""Real training runs on the CPU: reproducibility, run files, W&B, divergence, interruption; and the rules a run
+trains and scores by: where weight decay falls, bits per byte."""
 
 import json
 import logging
@@ -8,17 +9,20 @@ import statistics
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from tiny import REPO, clean, losses, metrics, overrides
 from wandb_files import offline_runs
 
-from mbexp.config import compose_config, to_object
+from mbexp.config import compose_config, model_spec, to_object
 from mbexp.data import Batches, prepare
+from mbexp.model import DecoderLM
 from mbexp.run.identity import run_dir
 from mbexp.schedule import lr_at
-from mbexp.trainer import train
+from mbexp.trainer import evaluate, make_optimizer, train
 
 SUMMARY_FIELDS = {
     "status", "experiment", "variant", "seed", "params", "params_non_embedding", "params_ffn", "d_ff",
@@ -206,3 +210,34 @@ def test_full_final_evaluation_scores_every_token_of_both_splits(tmp_path, cache
     windows, _ = run(tmp_path / "w", cache)
     assert "train.final_eval" not in windows["identity"]  # the default keeps every committed run's directory
     assert abs(windows["final_test_loss"] - summary["final_test_loss"]) < 0.2
+
+
+class Uniform(torch.nn.Module):
+    """A model that spreads its probability evenly over the vocabulary: ln(vocab) nats on every token."""
+
+    def __init__(self, vocab: int):
+        super().__init__()
+        self.vocab = vocab
+
+    def forward(self, x):
+        return torch.zeros(*x.shape, self.vocab), None  # (B, T, vocab)
+
+
+def test_bits_per_byte_is_the_loss_in_bits_over_the_bytes_the_tokens_stand_for():
+    """Vocabulary 8 at 3 bits a token, 16 tokens of 2 bytes each: 1.5 bits per byte, log-ppl ln 8 nats."""
+    y = torch.tensor([[0, 1, 2, 3, 4, 5, 6, 7]] * 2)
+    batches = SimpleNamespace(val_batches=lambda size, split: iter([(y, y)]), bytes_per_token=np.full(8, 2))
+    loss, bpb = evaluate(Uniform(8), batches, torch.device("cpu"), "fp32", batch_size=2)
+    assert loss == pytest.approx(math.log(8)) and bpb == pytest.approx(1.5)
+
+
+def test_weight_decay_falls_on_matrices_and_embeddings_never_on_norm_gains_or_biases():
+    cfg = to_object(compose_config(["model.d_model=32", "model.n_layers=2", "model.bias=true", "norm.bias=true"]))
+    model = DecoderLM(model_spec(cfg, 64))
+    optim = SimpleNamespace(lr=1e-3, betas=[0.9, 0.95], weight_decay=0.1)
+    decay = {id(p): g["weight_decay"] for g in make_optimizer(model, optim, torch.device("cpu")).param_groups
+             for p in g["params"]}
+    named = dict(model.named_parameters())
+    exempt = {n for n in named if n.endswith(".bias") or "norm" in n}
+    assert any(n.endswith("norm1.bias") for n in exempt) and any(n.endswith("qkv.bias") for n in exempt)
+    assert {n: decay[id(p)] for n, p in named.items()} == {n: 0.0 if n in exempt else 0.1 for n in named}

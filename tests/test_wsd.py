@@ -7,9 +7,9 @@ import pytest
 from test_resume import kill_when, popen_train
 from tiny import clean, mbexp_train, metrics, overrides
 
-from mbexp.config import compose_config, to_object
+from mbexp.config import OptimConfig, TrainConfig, compose_config, to_object
 from mbexp.run.identity import run_dir
-from mbexp.schedule import cooldown_start, lr_at
+from mbexp.schedule import cooldown_start, lr_at, wsd_problem
 from mbexp.trainer import train
 
 WSD = ["optim.schedule=wsd", "device=cpu", "compile=false", "train.eval_every=10", "train.log_every=3"]
@@ -30,6 +30,27 @@ def test_wsd_holds_the_peak_until_the_cool_down_of_each_budget():
     assert sqrt == pytest.approx(0.1 + 0.9 * (1 - math.sqrt(20 / 80)))
     lrs = [lr_at(s, total_steps=400, cooldown_shape="sqrt", **kw) for s in range(10, 400)]
     assert all(a >= b for a, b in zip(lrs, lrs[1:]))
+
+
+def test_the_cool_down_decays_from_its_first_step():
+    """Budget 400 at 20%: step 319 is the last at the peak, step 320 already takes the first decay step (p = 1/80)."""
+    kw = dict(lr=1.0, warmup_steps=10, total_steps=400, schedule="wsd", min_lr_ratio=0.1)
+    assert lr_at(319, **kw) == 1.0
+    assert lr_at(320, **kw) == pytest.approx(1 - 0.9 / 80)
+    assert lr_at(320, cooldown_shape="sqrt", **kw) == pytest.approx(0.1 + 0.9 * (1 - math.sqrt(1 / 80)))
+
+
+def test_a_cool_down_may_start_right_after_the_warm_up_not_inside_it():
+    """Warm-up trains steps 0..W-1 (docs/usage.md), so a budget of 20 at 20% (cool-down from step 16) fits a
+    warm-up of 16 steps and not one of 17."""
+    def problem(warmup: int) -> str | None:
+        return wsd_problem(OptimConfig(schedule="wsd", warmup_steps=warmup, cooldown_fraction=0.2),
+                           TrainConfig(steps=20, budgets=[20, 40]))
+
+    assert cooldown_start(20, 0.2) == 16
+    assert problem(16) is None
+    assert problem(17) == ("a 20-step wsd run cools down from step 16 (optim.cooldown_fraction=0.2), which must come "
+                           "after optim.warmup_steps=17 and before its last step")
 
 
 @pytest.mark.parametrize(("args", "message"), [
