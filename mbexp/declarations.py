@@ -104,8 +104,9 @@ def load_claims_text(text: str, where: str = "claims text") -> list[Claim]:
     return parse_claims(yaml.safe_load(text), where)
 
 
-def parse_claims(data, where: str) -> list[Claim]:
-    """A claims file's parsed YAML as claims, every one validated, their conditions checked for consistency."""
+def parse_claims(data, where: str, configs=experiment_config) -> list[Claim]:
+    """A claims file's parsed YAML as claims, every one validated, their conditions checked for consistency;
+    `configs(experiment)` reads an experiment's config (another commit's, for the claim's history)."""
     if not isinstance(data, dict) or not isinstance(data.get("claims"), list) or not data["claims"]:
         raise ClaimsError(f"{where}: expected a mapping with a non-empty list `claims`")
     unknown = sorted(set(data) - set(TOP_KEYS))
@@ -113,7 +114,8 @@ def parse_claims(data, where: str) -> list[Claim]:
         raise ClaimsError(f"{where}: unknown top-level keys {unknown}; allowed: {', '.join(TOP_KEYS)}")
     margin = _margin(data.get("margin", DEFAULT_MARGIN), f"{where}: margin")
     studies = parse_studies(data.get("studies", {}), where)
-    claims = [parse_claim(entry, margin, f"{where}, claim {i}", studies) for i, entry in enumerate(data["claims"])]
+    claims = [parse_claim(entry, margin, f"{where}, claim {i}", studies, configs)
+              for i, entry in enumerate(data["claims"])]
     ids = [c.id for c in claims]
     repeated = sorted({i for i in ids if ids.count(i) > 1})
     if repeated:
@@ -128,7 +130,8 @@ def _margin(value, where: str) -> float:
     return float(value)
 
 
-def parse_claim(entry, default_margin: float, where: str, studies: dict | None = None) -> Claim:
+def parse_claim(entry, default_margin: float, where: str, studies: dict | None = None,
+                configs=experiment_config) -> Claim:
     """One claims-file entry as a Claim, with its digest."""
     if not isinstance(entry, dict):
         raise ClaimsError(f"{where}: expected a mapping")
@@ -172,7 +175,7 @@ def parse_claim(entry, default_margin: float, where: str, studies: dict | None =
                "hypothesis": hypothesis, "statistic": statistic, "margin": margin, "seeds": sorted(seeds),
                "conditions": {"own_lr": own_lr, "max_epochs": max_epochs},
                "study": {"name": study, **protocol} if study else None,
-               "experiment_config": experiment_config(entry["experiment"])}
+               "experiment_config": configs(entry["experiment"])}
     return Claim(
         id=entry["id"], claim=entry["claim"], paper=entry["paper"], paper_numbers=entry.get("paper_numbers", ""),
         experiment=entry["experiment"], hypothesis=hypothesis, pairs=pairs, seeds=tuple(sorted(seeds)),

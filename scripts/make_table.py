@@ -169,7 +169,7 @@ def _main(argv: list[str] | None) -> int:
 
 
 def _tables(args) -> int:
-    from mbexp.analysis import claims, files, outputs, render, report, studies, table
+    from mbexp.analysis import claims, files, outputs, provenance, render, report, studies, table
     from mbexp.analysis.collect import collect_runs, log
 
     skipped = _Counter()
@@ -222,6 +222,8 @@ def _tables(args) -> int:
     if claims_paths:
         print(f"## claims → {', '.join(map(str, claims_paths))}\n")
         print(report.claims_markdown(verdicts))
+    if verdicts and (gone := provenance.orphans(runs, [r.claim for r in verdicts])):
+        print("runs launched under claims no longer declared: " + ", ".join(f"{c} ({n} runs)" for c, n in gone.items()))
     if not args.only and (costs := studies.cost_lines(args.results)):
         print("## declared studies: compute (docs/studies.md)\n\n" + "\n".join(costs) + "\n")
     if args.wandb:

@@ -2,13 +2,17 @@
 claims file's validation (one line naming the file and the claim)."""
 
 import importlib.util
+import json
 import logging
+import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
-from tiny import REPO, clean, mbexp_train, overrides
+from tiny import REPO, SMOKE, clean, mbexp_train, overrides
 
 from mbexp import declarations
 from mbexp.config import compose_config, to_object
@@ -44,13 +48,47 @@ def standing(results) -> list[str]:
     return pd.read_csv(results / "tables" / "claims.csv")["standing"].tolist()
 
 
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+
+
+def git(repo, *args) -> str:
+    out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True,
+                         env={**os.environ, **GIT_ENV})
+    return out.stdout.strip()
+
+
+def checkout(tmp) -> Path:
+    """A repository of this code alone (no runs): what a user clones, so runs launched from it record its commits."""
+    repo = tmp / "repo"
+    for part in ("mbexp", "conf", "scripts"):
+        shutil.copytree(REPO / part, repo / part, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / ".gitignore", repo / ".gitignore")
+    git(repo, "init", "-q")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "code")
+    return repo
+
+
+def launch_from(repo, cache) -> None:
+    """The claim's planned runs, launched from the checkout as a user types it: two rows, two seeds, ten steps."""
+    out = subprocess.run([sys.executable, "-m", "mbexp.train", "-m", *SMOKE, "ffn=relu,swiglu", "seed=0,1",
+                          "name=decl", "train.steps=10", "results_dir=results", f"data.cache_dir={cache}",
+                          "logger=none"], cwd=repo, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+
+
 @pytest.mark.slow
-def test_declared_before_launch_is_confirmatory_until_the_claim_is_edited(tmp_path, cache, one_thread):
-    results = tmp_path / "results"
+def test_confirmatory_needs_a_clean_launch_after_the_committed_declaration(tmp_path, cache, one_thread):
+    repo = checkout(tmp_path)
+    results = repo / "results"
     declare(results)
-    digest = declarations.covering(results, "decl")
-    summaries = launch(tmp_path, cache)
-    assert [s["declarations"] for s in summaries] == [digest] * 4 and len(digest["glu"]) == 12
+    git(repo, "add", "results/claims.yaml")
+    git(repo, "commit", "-q", "-m", "declare")
+    launch_from(repo, cache)
+    summaries = [json.loads(p.read_text()) for p in sorted(results.glob("runs/decl/*/seed=*/summary.json"))]
+    assert len(summaries) == 4 and {s["git_commit"] for s in summaries} == {git(repo, "rev-parse", "HEAD")}
+    assert all(s["git_clean"] is True and s["declarations"] == declarations.covering(results, "decl")
+               for s in summaries)
     assert standing(results) == ["confirmatory"]
     from mbexp.analysis import claims, report, table
 
@@ -59,10 +97,23 @@ def test_declared_before_launch_is_confirmatory_until_the_claim_is_edited(tmp_pa
         "([rules]" in block  # and no count of exploratory ones, there being none
     declare(results, words="SwiGLU beats ReLU (reworded)")  # prose is not part of the digest
     assert standing(results) == ["confirmatory"]
-    declare(results, hypothesis="worse")  # the test changed after the runs
+    declare(results, hypothesis="worse")  # the test changed after the runs, not yet committed
     assert standing(results) == ["exploratory"]
     csv = pd.read_csv(results / "tables" / "claims.csv")
     assert csv["runs_read"].tolist() == [4] and csv["runs_declared"].tolist() == [0]
+    # the forgery: the edit committed, and every summary's digest rewritten in place to the new one
+    git(repo, "add", "results/claims.yaml")
+    git(repo, "commit", "-q", "-m", "edit the claim after its runs")
+    new = declarations.covering(results, "decl")
+    for path in results.glob("runs/decl/*/seed=*/summary.json"):
+        path.write_text(json.dumps(json.loads(path.read_text()) | {"declarations": new}))
+    assert standing(results) == ["exploratory"]
+    why = pd.read_csv(results / "tables" / "claims.csv")["qualifiers"].iloc[0]
+    assert "does not descend from the declaring commit" in why
+    # the same runs launched cleanly after the edit are confirmatory again
+    subprocess.run(["rm", "-rf", str(results / "runs")], check=True)
+    launch_from(repo, cache)
+    assert standing(results) == ["confirmatory"]
 
 
 @pytest.mark.slow
@@ -244,13 +295,42 @@ def test_tokens_per_s_counts_the_timed_steps_only(tmp_path, cache):
     assert run.write_summary("running")["tokens_per_s"] == pytest.approx(round(9 * per_step / 3.0, 1))
 
 
-def test_a_claim_read_partly_on_runs_launched_under_it_is_exploratory():
-    from types import SimpleNamespace
-
+def test_the_provenance_rule_names_why_a_run_does_not_count(tmp_path):
+    from mbexp.analysis.provenance import History, problem
     from mbexp.analysis.verdicts import standing
 
-    claim, texts = SimpleNamespace(id="glu", digest="d1"), []
-    read = pd.DataFrame({"declarations": [{"glu": "d1"}, {"glu": "d1"}, {"glu": "d0"}, {}]})
-    assert standing(claim, read, texts) == ("exploratory", 2)
-    assert texts == ["exploratory: 2 of 4 runs read were not launched under this declaration"]
-    assert standing(claim, read.iloc[:2], []) == ("confirmatory", 2)
+    repo = tmp_path / "repo"
+    declare(repo / "results")
+    git(repo, "init", "-q")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "declare")
+    declared_at = git(repo, "rev-parse", "HEAD")
+    (repo / "code.py").write_text("x = 1\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "code")
+    later = git(repo, "rev-parse", "HEAD")
+    path = repo / "results" / "claims.yaml"
+    claim, history = declarations.load_claims(path)[0], History(path)
+    assert history.declared(claim) == declared_at
+    ok = {"declarations": {"glu": claim.digest}, "git_commit": later, "git_clean": True, "git_resumed": []}
+    assert problem(ok, claim, history, declared_at) is None
+    for change, why in [({"declarations": {"glu": "0" * 12}}, "not launched under this declaration"),
+                        ({"git_clean": False}, "not launched from a clean tree"),
+                        ({"git_clean": None}, "not launched from a clean tree"),
+                        ({"git_commit": "f" * 40}, "is not in this repository's history"),
+                        ({"git_resumed": ["e" * 40]}, "is not in this repository's history")]:
+        assert why in problem(ok | change, claim, history, declared_at), change
+    declare(repo / "results", hypothesis="worse")  # edited and committed after the run's launch
+    git(repo, "commit", "-q", "-am", "edit")
+    edited, history = declarations.load_claims(path)[0], History(path)
+    assert history.declared(edited) == git(repo, "rev-parse", "HEAD")
+    run = ok | {"declarations": {"glu": edited.digest}}  # a digest rewritten in place
+    assert "does not descend from the declaring commit" in problem(run, edited, history, history.declared(edited))
+    declare(repo / "results", hypothesis="better")  # back to the first text, not committed
+    assert History(path).declared(declarations.load_claims(path)[0]) is None
+    texts = []
+    read = pd.DataFrame([ok, ok | {"git_clean": False}]).assign(label="r")
+    assert standing(claim, read, texts, History(tmp_path)) == ("exploratory", 0)  # no git: nothing counts
+    assert standing(claim, read.iloc[:1], [], history) == ("exploratory", 0)
+    assert texts == ["exploratory: 2 of 2 runs read were not launched under this declaration (the claims file is not "
+                     "tracked by git, so no commit declared it)"]

@@ -7,6 +7,7 @@ import pandas as pd
 
 from mbexp.analysis import stats
 from mbexp.analysis.ladder_claims import ladder_trend
+from mbexp.analysis.provenance import History
 from mbexp.analysis.table import SENSITIVITY_AXES, Table, cell_runs, losses_at, setting, slow_start_seeds
 from mbexp.analysis.verdicts import (
     LR_EDGE,
@@ -36,27 +37,39 @@ from mbexp.declarations import (
     ClaimsError,
     load_claims,
     parse_claim,
+    scan_experiment,
 )
 
 __all__ = ["Claim", "ClaimsError", "Comparison", "Result", "load_claims", "parse_claim", "evaluate", "evaluate_file",
            "family", "outcome", "verdict", "seed_range"]
 
 
-def evaluate(claims: list[Claim], tables: dict[str, Table]) -> list[Result]:
-    return [evaluate_claim(claim, tables.get(claim.experiment)) for claim in claims]
+def evaluate(claims: list[Claim], tables: dict[str, Table], history: History | None = None) -> list[Result]:
+    """Each claim's result; its standing by the provenance rule against `history` (None: no git history, so
+    exploratory)."""
+    return [evaluate_claim(claim, tables.get(claim.experiment), history, scan_runs(claim, tables))
+            for claim in claims]
 
 
 def evaluate_file(results_dir, tables: dict[str, Table]) -> list[Result]:
     """The verdicts of <results_dir>/claims.yaml; none when nothing is there (a results folder without claims)."""
     path = claims_path(results_dir)
-    return evaluate(load_claims(path), tables) if path else []
+    return evaluate(load_claims(path), tables, History(path)) if path else []
 
 
-def evaluate_claim(claim: Claim, table: Table | None) -> Result:
+def scan_runs(claim: Claim, tables: dict[str, Table]) -> pd.DataFrame | None:
+    """The runs of the scan that chose a study claim's LRs, when its own study ran it (a study reusing another's
+    scan reads runs launched under that study's claims)."""
+    scan = scan_experiment(claim)
+    return tables[scan].runs if scan in tables else None
+
+
+def evaluate_claim(claim: Claim, table: Table | None, history: History | None = None,
+                   scan: pd.DataFrame | None = None) -> Result:
     """The claim's family tested on the planned seeds (and, apart, on every seed present), its conditions checked,
-    its standing read from the runs' recorded declarations."""
+    its standing read from the runs' recorded declarations and provenance."""
     if claim.statistic == "trend":  # a ladder's fit-free trend: its own module
-        return ladder_trend(claim, table)
+        return ladder_trend(claim, table, history, scan)
     labels = sorted({label for pair in claim.pairs for label in pair if label})
     if table is None:
         return Result(claim, [], NOT_TESTED, EXPLORATORY, {}, [f"no finished runs of {claim.experiment}"])
@@ -74,7 +87,7 @@ def evaluate_claim(claim: Claim, table: Table | None) -> Result:
     texts, tags, unmet = qualifiers(claim, table, cells, present, comparisons, value)
     read = pd.concat(_read(claim, table, label, value) for label in labels)
     read = read[read["seed"].isin(planned)]
-    stand, declared = standing(claim, read, texts)
+    stand, declared = standing(claim, read, texts, history, scan)
     return Result(claim, comparisons, NOT_AS_DECLARED if unmet else verdict(comparisons), stand, present, texts,
                   tags, unmet, family(claim, table, value) if extra else [], len(read), declared)
 

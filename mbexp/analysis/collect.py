@@ -26,8 +26,9 @@ REQUIRED_NUMBERS = ("params", "d_ff", "early_val_loss", "final_val_loss", "final
 NUMBERS = REQUIRED_NUMBERS + tuple(k for k in SUMMARY_NUMBERS if k not in REQUIRED_NUMBERS)
 NUMERICS = ("precision", "device", "compiled")  # how a run computed: precision is also in its identity
 CURVE = ("step", "tokens", "val_loss")  # what a run's curve is drawn from, in its metrics.jsonl
+PROVENANCE = ("git_commit", "git_clean", "git_resumed")  # what the provenance rule reads (analysis.provenance)
 RUN_COLUMNS = ("path", *STRINGS, "seed", *AXES, "warmup_steps", *NUMBERS, *NUMERICS, "identity", "config",
-               "declarations")
+               "declarations", *PROVENANCE)
 
 
 def collect_runs(results_dir, strict: bool = False, experiments=None) -> pd.DataFrame:
@@ -76,6 +77,7 @@ def read_record(path: Path, *, strict: bool = False) -> dict:
         "identity": identity,
         "config": config_key(identity),
         "declarations": summary.get("declarations") or {},  # claim id -> digest at launch (mbexp.declarations)
+        **{key: summary.get(key) for key in PROVENANCE},
     }
 
 

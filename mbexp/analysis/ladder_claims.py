@@ -3,7 +3,10 @@ other claim (planned seeds, declared conditions, standing from the runs' recorde
 
 import math
 
+import pandas as pd
+
 from mbexp.analysis import stats
+from mbexp.analysis.provenance import History
 from mbexp.analysis.scaling import ladder_points
 from mbexp.analysis.table import Table, cell_runs, slow_start_seeds
 from mbexp.analysis.trend import holm_p, ladder_deltas, trend
@@ -26,7 +29,8 @@ from mbexp.analysis.verdicts import (
 from mbexp.declarations import EXPLORATORY, NOT_AS_DECLARED, NOT_TESTED, Claim
 
 
-def ladder_trend(claim: Claim, table: Table | None) -> Result:
+def ladder_trend(claim: Claim, table: Table | None, history: History | None = None,
+                 scan: pd.DataFrame | None = None) -> Result:
     """A ladder claim (statistic: trend): per (variant, baseline) pair, the fit-free trend of the paired Δ over
     ln(non-embedding parameters) at the claim's budget (analysis/trend.py; default the largest), on the planned
     seeds; resolved when the Holm-adjusted slope t-test and permutation p are both below α; `better`: Δ falls."""
@@ -74,7 +78,7 @@ def ladder_trend(claim: Claim, table: Table | None) -> Result:
     if past := past_epochs(claim, read["epochs"].max()):
         tags.append(past[0])
         unmet.append(past[1])
-    stand, declared = standing(claim, read, texts)
+    stand, declared = standing(claim, read, texts, history, scan)
     read_labels = [label for label, _ in cells.values()]
     if edges := lr_edges(table, read_labels):
         tags.append(LR_EDGE)

@@ -10,6 +10,7 @@ from mbexp.analysis import example, stats
 from mbexp.analysis.claims import Comparison, Result, evaluate, load_claims, seed_range, short
 from mbexp.analysis.files import FIT, SCAN, found
 from mbexp.analysis.ladder_render import ladder_markdown, ladder_trends, lr_ladders_markdown, readme_ladder_lines
+from mbexp.analysis.provenance import History
 from mbexp.analysis.render import CI, fmt
 from mbexp.analysis.studies import annotate, cost_lines, run_hours
 from mbexp.analysis.table import build_tables, seed_text, setting
@@ -319,7 +320,7 @@ def splice(text: str, begin: str, end: str, block: str) -> str:
 def generate(results_dir, claims_path) -> list[Result]:
     tables = build_tables(results_dir)
     annotate(tables, results_dir)  # a declared study's rows: the LR its scan chose
-    return evaluate(load_claims(claims_path), tables)
+    return evaluate(load_claims(claims_path), tables, History(claims_path))
 
 
 def blocks(results_dir, claims_path) -> dict[str, tuple[str, str, str]]:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from mbexp.analysis import stats
+from mbexp.analysis.provenance import History, problem
 from mbexp.declarations import (
     AGREES,
     BETTER,
@@ -141,12 +142,20 @@ def past_epochs(claim: Claim, epochs: float) -> tuple[str, str] | None:
         f"> {claim.max_epochs:g} epoch{plural}", f"past {claim.max_epochs:g} epoch{plural} ({epochs:.2f} epochs)")
 
 
-def standing(claim: Claim, read: pd.DataFrame, texts: list[str]) -> tuple[str, int]:
-    """(standing, runs launched under the declaration): confirmatory when every run read was; else exploratory,
-    with a line added to `texts` saying how many were not."""
-    declared = int(sum(d.get(claim.id) == claim.digest for d in read["declarations"]))
-    if len(read) and declared == len(read):
-        return CONFIRMATORY, declared
-    texts.append(f"exploratory: {len(read) - declared} of {len(read)} runs read were not launched under this "
-                 "declaration")
-    return EXPLORATORY, declared
+def standing(claim: Claim, read: pd.DataFrame, texts: list[str], history: History | None = None,
+             scan: pd.DataFrame | None = None) -> tuple[str, int]:
+    """(standing, runs launched under the declaration): confirmatory when every run read, the scan's runs of the
+    rows read included, was by the provenance rule (analysis.provenance); else exploratory, with a line added to
+    `texts` saying how many were not and why."""
+    if scan is not None and len(read):
+        read = pd.concat([read, scan[scan["label"].isin(set(read["label"]))]])
+    declared = history.declared(claim) if history is not None and history.top is not None else None
+    problems = [problem(run, claim, history, declared) for run in read.to_dict("records")]
+    launched = sum(p is None for p in problems)
+    if len(read) and launched == len(read):
+        return CONFIRMATORY, launched
+    reasons = sorted({p for p in problems if p}, key=lambda p: -problems.count(p))
+    why = f" ({'; '.join(reasons[:2])}{'; ...' if len(reasons) > 2 else ''})" if reasons else ""
+    texts.append(f"exploratory: {len(read) - launched} of {len(read)} runs read were not launched under this "
+                 f"declaration{why}")
+    return EXPLORATORY, launched
