@@ -14,7 +14,7 @@ PYTHON_WHEELS ?= $(shell for p in python$(PY) $(HOME)/.pyenv/versions/$(PY)*/bin
 
 .DEFAULT_GOAL := help
 .PHONY: help install test test-fast lint quickstart table report data bench bench-full gpu-check wheelhouse \
-        check-wheelhouse grad-at-init clean clean-runs mutants study
+        check-wheelhouse grad-at-init coord-check clean clean-runs mutants study
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -89,6 +89,9 @@ check-wheelhouse: ## (needs PyPI) fresh PY venv + torch, offline install from th
 
 grad-at-init: install ## per-layer gradient norms at initialisation, Pre-LN vs Post-LN
 	$(BIN)/python scripts/grad_at_init.py
+
+coord-check: install ## μP's coordinate check, μP and SP side by side -> results/figures/mup_coord_check.png
+	$(BIN)/python scripts/coord_check.py --out $(RESULTS)
 
 clean-runs: ## delete checkpoints and locks under results/runs, keeping summaries and metrics
 	find results/runs \( -name 'checkpoint*.pt' -o -name '.lock' -o -name '.*.tmp' \) -delete 2>/dev/null || true
