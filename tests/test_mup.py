@@ -8,6 +8,7 @@ import pytest
 import torch
 from tiny import REPO, mbexp_train, overrides, summaries
 
+from mbexp import names
 from mbexp.config import Config, compose_config, model_spec, to_object
 from mbexp.model import DecoderLM
 from mbexp.model.mup import width_mults
@@ -134,6 +135,22 @@ def test_coordinates_stay_flat_in_width_under_mup_and_grow_under_sp():
     assert slope <= cc.GROWS, f"under μP {name} grows as width^{slope:.2f} after {step} steps"
     outputs = [name for name in sp if name.endswith((".attn", ".ffn")) or name == "logits"]
     assert all(sp[name][-1] >= 0.5 for name in outputs), {name: sp[name] for name in outputs}
+
+
+@pytest.mark.parametrize("option", [*(dict(norm=n) for n in names.NORMS),
+                                    *(dict(placement=p) for p in names.PLACEMENTS if p != "deepnorm"),
+                                    *(dict(ffn=f) for f in names.FFNS), dict(n_kv_heads=1), dict(pos="sinusoidal")],
+                         ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
+def test_every_block_variant_trains_under_mup(option):
+    """Each matrix of attention and the FFN gets its own LR scale, and a step keeps the loss finite."""
+    model = DecoderLM(spec(128, "mup", **option))
+    optimizer = make_optimizer(model, Config().optim, torch.device("cpu"))
+    scaled = {id(p) for g in optimizer.param_groups if "lr_scale" in g for p in g["params"]}
+    params = dict(model.named_parameters())
+    assert scaled == {id(params[name]) for name in width_mults(model)}
+    assert len(width_mults(model)) == model.spec.n_layers * (5 if model.spec.ffn in names.GATED else 4)
+    loss, _ = train_step(Learner(model, optimizer, OneBatch(), torch.device("cpu"), "fp32"), 3e-3, 1.0)
+    assert torch.isfinite(loss) and torch.isfinite(model(OneBatch().batch[0])[0]).all()
 
 
 def test_init_fan_in_scales_the_hidden_init_only():
