@@ -4,6 +4,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
+MUP ?= mup==1.0.0
 STAMP := $(VENV)/.installed
 RESULTS ?= results
 PY ?= 3.12
@@ -14,7 +15,7 @@ PYTHON_WHEELS ?= $(shell for p in python$(PY) $(HOME)/.pyenv/versions/$(PY)*/bin
 
 .DEFAULT_GOAL := help
 .PHONY: help install test test-fast lint quickstart table report data bench bench-full gpu-check wheelhouse \
-        check-wheelhouse grad-at-init clean clean-runs mutants study
+        check-wheelhouse grad-at-init coord-check clean clean-runs mutants study
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -27,6 +28,8 @@ $(STAMP): pyproject.toml
 	@# the rest with uv (parallel downloads and byte-compiling), or with pip where uv cannot be had or fails
 	{ $(BIN)/python -m pip install -q uv && $(BIN)/python -m uv pip install -q --python $(BIN)/python \
 	  --compile-bytecode -e ".[dev]"; } || $(BIN)/python -m pip install -q -e ".[dev]"
+	@# mup, μP's reference (tests/test_mup.py), without its torchvision requirement: it would pull another torch
+	$(BIN)/python -m pip install -q --no-deps "$(MUP)"
 	@touch $(STAMP)
 
 install: $(STAMP) ## create .venv with torch (TORCH=... to choose), the package and its dev tools
@@ -89,6 +92,9 @@ check-wheelhouse: ## (needs PyPI) fresh PY venv + torch, offline install from th
 
 grad-at-init: install ## per-layer gradient norms at initialisation, Pre-LN vs Post-LN
 	$(BIN)/python scripts/grad_at_init.py
+
+coord-check: install ## μP's coordinate check, μP and SP side by side -> results/figures/mup_coord_check.png
+	$(BIN)/python scripts/coord_check.py --out $(RESULTS)
 
 clean-runs: ## delete checkpoints and locks under results/runs, keeping summaries and metrics
 	find results/runs \( -name 'checkpoint*.pt' -o -name '.lock' -o -name '.*.tmp' \) -delete 2>/dev/null || true

@@ -56,6 +56,9 @@ class ModelConfig:
     qk_norm: str = "none"  # none | head | proj: normalise q and k before RoPE, per head or over the projection
     emb_scale: bool = False  # embedding ~ N(0, 1/D) times a learnable scalar initialised to sqrt(D) (DyT's LLMs)
     rope_base: float = 10000.0  # RoPE's base: 10,000 (Su et al., Llama 1/2), 500,000 (Llama 3, OLMo 2)
+    param: str = "sp"  # sp | mup: standard or maximal-update parametrisation (docs/model.md, "μP")
+    init: str = "gpt2"  # gpt2: hidden matrices ~ N(0, 0.02) | fan_in: their std scaled with width as μP's
+    base_d_model: int | None = None  # the base width of model.param=mup and model.init=fan_in
 
 
 @dataclass
@@ -229,7 +232,8 @@ SPEC_KEYS = {  # each ModelSpec field and the config key it is read from (vocab_
     "tie_embeddings": "model.tie_embeddings", "bias": "model.bias", "qk_norm": "model.qk_norm",
     "emb_scale": "model.emb_scale", "norm": "norm.name", "norm_eps": "norm.eps", "norm_bias": "norm.bias",
     "norm_alpha_init": "norm.alpha_init", "placement": "placement.name", "ffn": "ffn.name", "ffn_gelu": "ffn.gelu",
-    "hidden": "hidden.name", "hidden_multiple_of": "hidden.multiple_of",
+    "hidden": "hidden.name", "hidden_multiple_of": "hidden.multiple_of", "param": "model.param",
+    "init": "model.init", "base_d_model": "model.base_d_model",
 }
 
 

@@ -15,6 +15,8 @@ GELU_FFNS = ("gelu", "geglu")  # the FFNs that ffn.gelu (exact | tanh) applies t
 GELUS = ("exact", "tanh")
 HIDDEN_RULES = ("matched", "4d", "8_3d")
 POSITIONS = ("rope", "learned", "sinusoidal")
+PARAMS = ("sp", "mup")  # the width parametrisation: standard, or μP (mbexp/model/mup.py)
+INITS = ("gpt2", "fan_in")  # the hidden matrices' init std: 0.02, or scaled with 1/sqrt(fan_in) as μP's
 QK_NORMS = ("none", "head", "proj")  # head: each head's dims (Gemma 3, Qwen 3); proj: the whole projection (OLMo 2)
 # the block's axes, each a config group: a run's `axes`, a table's row order, the model contract's first fields
 AXES = {"norm": NORMS, "placement": PLACEMENTS, "ffn": FFNS, "hidden": HIDDEN_RULES}

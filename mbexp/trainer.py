@@ -17,7 +17,7 @@ from mbexp.config import Config, ConfigError, model_spec, to_object
 from mbexp.corpus import fingerprint
 from mbexp.data import Batches, TokenData, prepare
 from mbexp.logger import NullLogger, make_logger
-from mbexp.model import DecoderLM, param_counts
+from mbexp.model import DecoderLM, mup, param_counts
 from mbexp.progress import progress_bar
 from mbexp.run import checkpoint
 from mbexp.run.branches import Branch, Trunk, budget_configs
@@ -87,12 +87,14 @@ def train_step(learner: Learner, lr: float, grad_clip: float) -> tuple[torch.Ten
 
 
 def make_optimizer(model: torch.nn.Module, optim, device: torch.device) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices and embeddings only, not on norm gains or biases."""
+    """AdamW with weight decay on matrices and embeddings only, not on norm gains or biases; under μP the hidden
+    matrices in groups of their own LR scale (mup.scale_groups)."""
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": optim.weight_decay},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
+    groups = mup.scale_groups(model, groups)  # μP: the hidden matrices' LR and decay by width
     return torch.optim.AdamW(groups, lr=optim.lr, betas=tuple(optim.betas), fused=device.type == "cuda")
 
 

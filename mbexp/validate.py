@@ -10,7 +10,7 @@ from typing import Any
 from mbexp import names
 from mbexp.corpus import CORPORA
 from mbexp.logger import WANDB_MODES
-from mbexp.names import FFNS, GELU_FFNS, GELUS, HIDDEN_RULES, NORMS, PLACEMENTS, POSITIONS, QK_NORMS
+from mbexp.names import FFNS, GELU_FFNS, GELUS, HIDDEN_RULES, INITS, NORMS, PARAMS, PLACEMENTS, POSITIONS, QK_NORMS
 from mbexp.schedule import SCHEDULES, wsd_problem
 
 LOGGERS = ("wandb", "none")
@@ -105,6 +105,8 @@ def validate(cfg) -> object:
         ("hidden.name", cfg.hidden.name, HIDDEN_RULES),
         ("model.pos", cfg.model.pos, POSITIONS),
         ("model.qk_norm", cfg.model.qk_norm, QK_NORMS),
+        ("model.param", cfg.model.param, PARAMS),
+        ("model.init", cfg.model.init, INITS),
         ("ffn.gelu", cfg.ffn.gelu, GELUS),
         ("data.name", cfg.data.name, CORPORA),
         ("optim.schedule", cfg.optim.schedule, SCHEDULES),
@@ -118,6 +120,7 @@ def validate(cfg) -> object:
     cfg.compile = str(cfg.compile).lower()  # Hydra reads compile=true as a bool
     _choice("compile", cfg.compile, COMPILE)
     _check_model_options(cfg)
+    _check_width_rules(cfg)
     _check_optim(cfg)
     for key, value, low in [
         ("train.steps", cfg.train.steps, 1),
@@ -172,6 +175,30 @@ def _check_optim(cfg) -> None:
         if o.schedule != "wsd" and getattr(o, key) != getattr(type(o), key):
             raise ConfigError(f"optim.{key}={getattr(o, key)} applies only to optim.schedule=wsd; with "
                               f"optim.schedule={o.schedule} leave it at {getattr(type(o), key)}")
+
+
+def _check_width_rules(cfg) -> None:
+    """model.param=mup and model.init=fan_in: a base width, and none of the options whose own rules they break."""
+    m = cfg.model
+    scaled = [f"model.{k}={getattr(m, k)}" for k, sp in (("param", "sp"), ("init", "gpt2")) if getattr(m, k) != sp]
+    if not scaled:
+        if m.base_d_model is not None:
+            raise ConfigError(f"model.base_d_model={m.base_d_model} applies only to model.param=mup or "
+                              "model.init=fan_in; leave it out")
+        return
+    if len(scaled) > 1:
+        raise ConfigError("model.init=fan_in is μP's hidden init, already part of model.param=mup; leave it at gpt2")
+    if m.base_d_model is None or m.base_d_model < 1:
+        raise ConfigError(f"{scaled[0]} needs model.base_d_model=<the base width, >= 1>, e.g. model.base_d_model=64")
+    if cfg.placement.name == "deepnorm":
+        raise ConfigError(f"{scaled[0]} does not apply to placement=deepnorm, which has its own init; choose "
+                          "another placement or model.param=sp model.init=gpt2")
+    if m.param == "mup" and m.emb_scale:
+        raise ConfigError("model.param=mup does not hold with model.emb_scale=true: its learnable √D factor grows "
+                          "the embedding's updates with width; leave model.emb_scale=false")
+    if m.param == "mup" and cfg.optim.name != "adamw":
+        raise ConfigError(f"model.param=mup holds for optim=adamw only (its rules are Adam's), not "
+                          f"optim={cfg.optim.name}")
 
 
 def _check_model_options(cfg) -> None:

@@ -37,6 +37,8 @@ LR = T + "test_train.py::test_every_logged_lr_follows_the_schedule_with_its_warm
 TABLE = (T + "test_table_rules.py", T + "test_table.py")
 CLAIMS = (T + "test_claim_rules.py", T + "test_claims.py")
 SCALING = (T + "test_scaling_rules.py", T + "test_scaling.py")
+MUP = (T + "test_mup.py::test_coordinates_stay_flat_in_width_under_mup_and_grow_under_sp",
+       T + "test_mup.py::test_every_init_std_and_effective_lr_is_the_mup_packages")
 MUTANTS = [
     # rules a golden test alone would catch: each has a test of its own
     Mutant("force_ignored", "mbexp/run/state.py", "summary = None if force else finished_summary(directory, chash)",
@@ -195,6 +197,15 @@ MUTANTS = [
     Mutant("lr_grid_unsorted", "mbexp/claims_file.py", "tuple(sorted(float(v) for v in grid))",
            "tuple(float(v) for v in grid)",
            (T + "test_study.py::test_an_unsorted_lr_grid_is_read_sorted_and_its_edges_are_its_ends",)),
+    # μP: each rule removed
+    Mutant("mup_readout_unscaled", "mbexp/model/mup.py",
+           'return spec.d_model / spec.base_d_model if spec.param == "mup" else 1.0', "return 1.0", MUP),
+    Mutant("mup_hidden_lr_unscaled", "mbexp/model/mup.py", '"lr_scale": 1.0 / m,', '"lr_scale": 1.0,', MUP),
+    Mutant("mup_attention_sqrt", "mbexp/model/mup.py",
+           'return 1.0 / (spec.d_model // spec.n_heads) if spec.param == "mup" else None', "return None", MUP),
+    Mutant("mup_init_unscaled", "mbexp/model/mup.py", "params[name].mul_(m ** -0.5)", "params[name].mul_(1.0)", MUP),
+    Mutant("mup_decay_unscaled", "mbexp/model/mup.py", '"weight_decay": group["weight_decay"] * m}',
+           '"weight_decay": group["weight_decay"]}', MUP[1:]),
 ]
 
 

@@ -10,7 +10,8 @@ from mbexp.model.norms import NORMS
 
 GROUP_OPTIONS = {
     "norm": list(NORMS), "placement": list(PLACEMENTS), "ffn": list(FFNS), "hidden": list(HIDDEN_RULES),
-    "model": ["tiny", "small", "base", *(f"ladder{d}" for d in (64, 96, 128, 160, 192, 256, 384, 512, 640))],
+    "model": ["tiny", "small", "base", *(f"ladder{d}" for d in (64, 96, 128, 160, 192, 256, 384, 512, 640)),
+              *(f"width{d}" for d in (64, 96, 128, 192, 256))],
     "data": ["bigtxt", "tinystories", "wikitext2", "wikitext103", "text"],
     "optim": ["adamw"], "logger": ["wandb", "none"],
 }
@@ -114,6 +115,16 @@ def test_defaults():
     (["norm.eps=0"], ["norm.eps=0.0", "> 0"]),  # the boundaries themselves: each is refused
     (["optim.betas=[0.9,1.0]"], ["optim.betas=[0.9, 1.0]", "[0, 1)"]),
     (["data.val_fraction=0.1", "data.test_fraction=0.9"], ["data.test_fraction", "data.val_fraction"]),
+    (["model.param=mu"], ["model.param", "sp", "mup"]),
+    (["model.param=mup"], ["model.param=mup", "model.base_d_model"]),
+    (["model.init=fan_in"], ["model.init=fan_in", "model.base_d_model"]),
+    (["model.base_d_model=64"], ["model.base_d_model=64", "model.param=mup", "model.init=fan_in"]),
+    (["model.param=mup", "model.base_d_model=64", "placement=deepnorm"], ["model.param=mup", "placement=deepnorm"]),
+    (["model.init=fan_in", "model.base_d_model=64", "placement=deepnorm"], ["model.init=fan_in", "deepnorm"]),
+    (["model.param=mup", "model.base_d_model=64", "model.emb_scale=true"], ["model.param=mup", "model.emb_scale"]),
+    (["model.param=mup", "model.base_d_model=64", "model.init=fan_in"], ["model.init=fan_in", "model.param=mup"]),
+    (["model.param=mup", "model.base_d_model=64", "optim.name=muon"], ["model.param=mup", "optim=adamw",
+                                                                        "optim=muon"]),
 ])
 def test_bad_input_names_the_key_and_choices(args, must_say):
     with pytest.raises(ConfigError) as err:
@@ -211,7 +222,7 @@ def test_an_override_built_for_any_text_reads_back_as_that_text(value):
 
 @pytest.mark.parametrize(("key", "closest"), [
     ("nrom", "norm"), ("ffn_typo", "ffn"), ("expriment", "+experiment"), ("lr", "optim.lr"),
-    ("norm.epsilon", "norm.eps"), ("model.dmodel", "model.d_model, model.name, model.pos"),
+    ("norm.epsilon", "norm.eps"), ("model.dmodel", "model.d_model, model.base_d_model, model.name"),
 ])
 def test_an_unknown_key_names_the_closest_keys_and_groups(key, closest):
     with pytest.raises(ConfigError) as err:

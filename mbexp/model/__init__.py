@@ -1,5 +1,6 @@
-"""The model: norms (norms.py), FFNs and the width rule (ffn.py), attention (attention.py), and the block and
-decoder-only LM they build (decoder.py), whose public names are importable from here (docs/model.md)."""
+"""The model: norms (norms.py), FFNs and the width rule (ffn.py), attention (attention.py), μP's width rules
+(mup.py), and the block and decoder-only LM they build (decoder.py), whose public names are importable from here
+(docs/model.md)."""
 
 from mbexp.model.decoder import (
     FINAL_NORM,

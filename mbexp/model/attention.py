@@ -24,11 +24,11 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 class CausalSelfAttention(nn.Module):
     """qkv holds [q (n_heads heads) | k (n_kv_heads) | v (n_kv_heads)]; each k/v head serves n_heads / n_kv_heads
     query heads (GQA). qk_norm normalises q and k before RoPE, over each head ("head") or the whole
-    projection ("proj"), with the norm `make_norm(dim)` builds."""
+    projection ("proj"), with the norm `make_norm(dim)` builds. `scale` multiplies q·k (None: 1/sqrt(head_dim))."""
 
     def __init__(self, d_model: int, n_heads: int, seq_len: int, *, rope: bool, rope_base: float,
                  n_kv_heads: int | None = None, bias: bool = False, qk_norm: str = "none",
-                 make_norm: Callable[[int], nn.Module] | None = None):
+                 make_norm: Callable[[int], nn.Module] | None = None, scale: float | None = None):
         super().__init__()
         n_kv_heads = n_kv_heads or n_heads
         if d_model % n_heads:
@@ -40,6 +40,7 @@ class CausalSelfAttention(nn.Module):
         self.qkv = nn.Linear(d_model, q_dim + 2 * kv_dim, bias=bias)
         self.proj = nn.Linear(d_model, d_model, bias=bias)
         self.qk_norm = qk_norm
+        self.scale = scale
         if qk_norm != "none":
             q_norm_dim, k_norm_dim = (self.head_dim, self.head_dim) if qk_norm == "head" else (q_dim, kv_dim)
             self.q_norm, self.k_norm = make_norm(q_norm_dim), make_norm(k_norm_dim)
@@ -49,7 +50,8 @@ class CausalSelfAttention(nn.Module):
             self.register_buffer("cos", cos, persistent=False)
             self.register_buffer("sin", sin, persistent=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q (B, H, T, hd), k and v (B, H_kv, T, hd), as the scores see them: normalised and rotated."""
         B, T, C = x.shape
         hd, kv_dim = self.head_dim, self.n_kv_heads * self.head_dim
         q, k, v = self.qkv(x).split([C, kv_dim, kv_dim], dim=-1)  # (B, T, C), 2 x (B, T, kv_dim)
@@ -62,6 +64,12 @@ class CausalSelfAttention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rope:
             q, k = apply_rope(q, self.cos, self.sin), apply_rope(k, self.cos, self.sin)
+        return q, k, v
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.heads(x)
         gqa = self.n_kv_heads != self.n_heads
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)  # (B, H, T, hd)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale,
+                                           enable_gqa=gqa)  # (B, H, T, hd)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))

@@ -8,6 +8,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from mbexp import names
+from mbexp.model import mup
 from mbexp.model.attention import CausalSelfAttention
 from mbexp.model.ffn import FFN, ffn_hidden_dim
 from mbexp.model.norms import build_norm
@@ -45,6 +46,9 @@ class ModelSpec:
     ffn_gelu: str
     hidden: str
     hidden_multiple_of: int
+    param: str  # sp | mup: the width parametrisation (mbexp/model/mup.py)
+    init: str  # gpt2: N(0, 0.02) | fan_in: the hidden matrices' std scaled as μP's (mup.py), nothing else
+    base_d_model: int | None  # the base width of model.param=mup and model.init=fan_in
 
     @property
     def d_ff(self) -> int:
@@ -89,7 +93,8 @@ class Block(nn.Module):
         self.alpha = deepnorm_alpha(spec.n_layers) if spec.placement == "deepnorm" else 1.0
         self.attn = CausalSelfAttention(spec.d_model, spec.n_heads, spec.seq_len, rope=spec.pos == "rope",
                                         rope_base=spec.rope_base, n_kv_heads=spec.n_kv_heads, bias=spec.bias,
-                                        qk_norm=spec.qk_norm, make_norm=spec.make_norm)
+                                        qk_norm=spec.qk_norm, make_norm=spec.make_norm,
+                                        scale=mup.attention_scale(spec))
         self.ffn = FFN(spec.ffn, spec.d_model, spec.d_ff, bias=spec.bias, gelu=spec.ffn_gelu)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D) -> (B, T, D)
@@ -119,6 +124,7 @@ class DecoderLM(nn.Module):
     residual-branch output projections (attn.proj, ffn.w2) ~ N(0, 0.02 / sqrt(2 L)) so the
     residual stream's variance does not grow with depth; norm gains 1, biases 0. DeepNorm
     instead uses its paper's init (deepnorm_init_); model.emb_scale draws the embedding from N(0, 1/D).
+    model.param=mup and model.init=fan_in rescale the hidden matrices, μP also the head's input (mup.py).
     """
 
     def __init__(self, spec: ModelSpec):
@@ -143,6 +149,8 @@ class DecoderLM(nn.Module):
                     nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * spec.n_layers))
         if spec.emb_scale:  # the scaled embedding starts at unit RMS, the scale a normalised stream has
             nn.init.normal_(self.tok_emb.weight, std=spec.d_model ** -0.5)
+        mup.scale_init_(self)
+        self.readout_mult = mup.readout_mult(spec)
         if spec.tie_embeddings:
             self.head.weight = self.tok_emb.weight
 
@@ -165,7 +173,10 @@ class DecoderLM(nn.Module):
             x = x + self.pos_table[:T].to(x.dtype)
         for block in self.blocks:
             x = block(x)
-        logits = self.head(self.final_norm(x))  # (B, T, V)
+        x = self.final_norm(x)
+        if self.spec.param == "mup":  # MuReadout: the head sees h / m
+            x = x / self.readout_mult
+        logits = self.head(x)  # (B, T, V)
         if targets is None:
             return logits, None
         loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())

@@ -9,12 +9,14 @@ SCHEMA = 2  # of summary.json and checkpoints; a file without a `schema` key is 
 ADDED_LATER = {"data.test_fraction": 0.0, "model.n_kv_heads": None, "model.bias": False, "model.qk_norm": "none",
                "norm.alpha_init": 0.5, "ffn.gelu": "exact", "model.emb_scale": False, "model.rope_base": 10000.0,
                "data.fingerprint": None,  # None: bigtxt, pinned by its checksum; text and hub corpora hash content
-               "optim.cooldown_fraction": 0.2, "optim.cooldown_shape": "linear", "train.final_eval": "windows"}
+               "optim.cooldown_fraction": 0.2, "optim.cooldown_shape": "linear", "train.final_eval": "windows",
+               "model.param": "sp", "model.init": "gpt2", "model.base_d_model": None}
 # Rows of this model preset predate the preset tag in row names (-ladder96): their names carry none.
 UNTAGGED_PRESET = "tiny"
 # The model options added later, as they read in a row name when set away from their ADDED_LATER value.
 ROW_TAGS = {"model.n_kv_heads": "kv{}", "model.bias": "bias", "model.qk_norm": "qk{}", "ffn.gelu": "gelu{}",
-            "norm.alpha_init": "a{}", "model.emb_scale": "embscale", "model.rope_base": "rope{:.0f}"}
+            "norm.alpha_init": "a{}", "model.emb_scale": "embscale", "model.rope_base": "rope{:.0f}",
+            "model.param": "{}", "model.init": "init{}", "model.base_d_model": "base{}"}
 # A key that stopped deciding the numbers is hashed at the one value every old run had.
 HASHED_AS = {"compile": False}  # compiling changes speed, not what is computed
 # The identity holds the resolved precision; schema-1 runs hashed `auto`, which resolved to bf16 for every one.
