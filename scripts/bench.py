@@ -31,8 +31,9 @@ from pathlib import Path
 
 import mbexp
 
-if __name__ == "__main__":  # an entry point: its environment defaults, before torch loads
-    mbexp.set_entry_defaults()
+# an entry point: its environment defaults, before torch loads; an --omp-child keeps the policy it was given
+if __name__ == "__main__" and "--omp-child" not in sys.argv:
+    print(mbexp.set_entry_defaults([]), file=sys.stderr, flush=True)
 
 from mbexp import Parser, speed
 from mbexp.bench.harness import ESTIMATE, ROOT, Bench, log
