@@ -11,13 +11,17 @@ RESULTS_DIR = "results"  # results_dir's and every command's --results default: 
 INTERRUPTED = 130  # the exit code of every command stopped by Ctrl-C (128 + SIGINT), its work kept
 
 
-def set_entry_defaults() -> None:
-    """What an entry point sets before torch loads OpenMP, unless you set it yourself: OpenMP threads wait
-    passively, as spinning ones stall each other on a shared CPU (docs/speed.md, "OpenMP's wait policy"); the
-    processes it starts keep quiet about semaphores an interrupted joblib sweep leaves to their tracker."""
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+def set_entry_defaults(argv: list[str]) -> str:
+    """What an entry point sets before torch loads OpenMP, for its command line `argv`: OpenMP's wait policy
+    (mbexp.wait_policy; yours if you set one); the processes it starts keep quiet about semaphores an
+    interrupted joblib sweep leaves to their tracker. Returns the policy in force and why, in one line."""
+    from mbexp import wait_policy
+
+    choice = wait_policy.choose_here(argv, os.environ)
+    wait_policy.apply(choice, os.environ)
     # a stopped joblib sweep: its workers' semaphores are cleaned up, and the warning would bury the error line
     os.environ.setdefault("PYTHONWARNINGS", "ignore::UserWarning:multiprocessing.resource_tracker")
+    return f"OpenMP wait policy: {wait_policy.describe(choice.env)} ({choice.why})"
 
 
 class Parser(argparse.ArgumentParser):

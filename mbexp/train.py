@@ -33,6 +33,7 @@ from mbexp.preflight import (
     check_group_choices,
     check_multirun,
     check_overrides,
+    hydra_flags,
     impossible_line,
     listed,
     split_commands,
@@ -198,9 +199,9 @@ class _QuietHydra:
 
 
 def main() -> None:
-    mbexp.set_entry_defaults()  # before torch loads: nothing above the jobs imports it
     skip = SKIP_FLAG in sys.argv
     sys.argv = normalize_argv([a for a in sys.argv if a != SKIP_FLAG])
+    policy = mbexp.set_entry_defaults(sys.argv[1:])  # before torch loads: nothing above the jobs imports it
     os.environ.pop(SKIP_ENV, None)  # set below for a sweep's jobs only: one inherited would skip bad jobs silently
     try:
         warning = check_multirun(sys.argv[1:])
@@ -226,6 +227,8 @@ def main() -> None:
     moved = hydra_dirs(configs[0] if configs else None, sys.argv[1:])
     sys.argv += moved
     signal.signal(signal.SIGTERM, _terminated)
+    if os.environ.get("RANK", "0") == "0" and not hydra_flags(sys.argv[1:]):  # once, where runs start
+        print(policy, file=sys.stderr)
     sys.stderr = _QuietHydra(sys.stderr)
     try:
         _job()

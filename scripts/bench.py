@@ -4,9 +4,10 @@ One process measures, for the default model (or the run the overrides describe):
 (trainer speed and validation loss where bf16 runs natively; elsewhere a few steps that show how slow it
 is, and every other section times fp32 only); the speed bar, i.e. eager and compiled at each precision
 against a plain nanoGPT-style loop (fp32, eager) on the same model and batches, at steady state and over a
-whole 2,000-step run with the compile time; tokens/s of the bare step against mbexp's trainer. With --full
-also the matmul peak (for MFU), the step time of every FFN variant and of LayerNorm against RMSNorm, and,
-in child processes, OMP_WAIT_POLICY=PASSIVE against OpenMP's default, alone and beside a second job.
+whole 2,000-step run with the compile time; tokens/s of the bare step against mbexp's trainer. In child
+processes, OpenMP's wait policies (PASSIVE, OpenMP's default, two bounded spins) alone and beside a second
+job, and mbexp under its defaults against the plain loop under OpenMP's default, alone. With --full also the
+matmul peak (for MFU) and the step time of every FFN variant and of LayerNorm against RMSNorm.
 Every loop calls the trainer's own mbexp.trainer.train_step; compared loops alternate.
 
 The precision and compile measurements go into mbexp.speed's record (<data_cache>/speed.json), keyed by
@@ -31,8 +32,9 @@ from pathlib import Path
 
 import mbexp
 
-if __name__ == "__main__":  # an entry point: its environment defaults, before torch loads
-    mbexp.set_entry_defaults()
+# an entry point: its environment defaults, before torch loads; an --omp-child keeps the policy it was given
+if __name__ == "__main__" and "--omp-child" not in sys.argv:
+    print(mbexp.set_entry_defaults([]), file=sys.stderr, flush=True)
 
 from mbexp import Parser, speed
 from mbexp.bench.harness import ESTIMATE, ROOT, Bench, log
@@ -54,7 +56,8 @@ DEFAULTS = {
 }
 # precision_auto before speed_bar: each writes the record (mbexp.speed) that the later sections' `auto` reads
 SECTIONS = ("peak", "precision_auto", "speed_bar", "throughput", "variants", "norm_micro", "omp")
-DECIDING = ("precision_auto", "speed_bar", "throughput")  # `make bench`: what precision=auto and compile=auto follow
+# `make bench`: what mbexp's defaults follow (precision=auto, compile=auto, the wait policy) and their ratios
+DECIDING = ("precision_auto", "speed_bar", "throughput", "omp")
 RESULT_KEY = {"peak": "peak_flops"}  # a section's key in the JSON, where it is not the section's name
 
 
@@ -64,7 +67,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, help="steps of each throughput run (default: 40 on CPU, 200 on GPU)")
     parser.add_argument("--rounds", type=int, help="alternating rounds of every measurement (default 3)")
     parser.add_argument("--val-steps", type=int, help="the precision=auto check's budget (default 150)")
-    parser.add_argument("--omp-steps", type=int, default=20, help="timed steps of each OMP_WAIT_POLICY child")
+    parser.add_argument("--omp-seconds", type=float, help="seconds each wait-policy child times (default 2)")
+    parser.add_argument("--omp-rounds", type=int, help="alternating rounds of the wait-policy children (default 2; "
+                        "--full: --rounds)")
+    parser.add_argument("--omp-precision", default="fp32", help=argparse.SUPPRESS)
+    parser.add_argument("--omp-compile", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--omp-jobs", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--omp-barrier", help=argparse.SUPPRESS)
     parser.add_argument("--only", help=f"comma-separated sections to run and merge into --out: {', '.join(SECTIONS)}")
     parser.add_argument("--full", action="store_true", help=f"every section ({', '.join(SECTIONS)}), not only "
                         f"those that decide the defaults ({', '.join(DECIDING)})")
@@ -82,13 +91,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     steps = args.steps or (2 * args.window if args.quick else d["steps"])
     args.steps = max(2, -(-steps // args.window)) * args.window  # whole windows; the first one is warm-up
     args.val_steps = args.val_steps or (4 * args.window if args.quick else 150)
+    args.omp_seconds = args.omp_seconds or (1.0 if args.quick else 2.0)
+    args.omp_rounds = args.omp_rounds or (args.rounds if args.full or args.quick else 2)
     args.out = args.out or ROOT / "results" / "bench" / f"{device_slug(args.device)}.json"
     if args.full and args.only:
         parser.error("--full runs every section: leave out --only")
     args.merge = not args.full  # the default and --only merge into the existing JSON
-    # OpenMP's wait policy is a CPU matter
-    args.only = (args.only.split(",") if args.only else DECIDING if not args.full else
-                 [s for s in SECTIONS if s != "omp" or args.device.type == "cpu"])
+    if args.only:
+        args.only = args.only.split(",")
+    else:  # OpenMP's wait policy is a CPU matter
+        args.only = [s for s in (SECTIONS if args.full else DECIDING) if s != "omp" or args.device.type == "cpu"]
     if unknown := set(args.only) - set(SECTIONS):
         parser.error(f"--only {','.join(sorted(unknown))}: choose from {', '.join(SECTIONS)}")
     return args
@@ -115,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
                            "batch_size": bench.default.train.batch_size, "seq_len": bench.default.model.seq_len,
                            "steps": args.steps, "window": args.window, "rounds": args.rounds,
                            "variant_steps": args.variant_steps, "variant_window": args.variant_window,
-                           "val_steps": args.val_steps, "omp_steps": args.omp_steps},
+                           "val_steps": args.val_steps, "omp_seconds": args.omp_seconds, "omp_rounds": args.omp_rounds},
                 "flops": flops_per_token(model)}
         res.pop("compile", None)  # compile is the speed bar's to measure
         native_bf16 = speed.has_native_bf16(args.device)
@@ -129,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
             "precision_auto": (f"fp32 against bf16 autocast, trainer, {args.val_steps} steps" if native_bf16 else
                                f"fp32 against bf16 autocast without native bf16, bare loop, {GLANCE_STEPS} steps",
                                lambda: precision_check(bench)),
-            "omp": ("OMP_WAIT_POLICY=PASSIVE against OpenMP's default, child processes", lambda: omp_policy(bench)),
+            "omp": (f"OpenMP wait policies alone and beside a second job, and mbexp against the plain loop alone, "
+                    f"child processes, {args.omp_rounds} rounds", lambda: omp_policy(bench)),
         }
         chosen = [name for name in SECTIONS if name in args.only]
         for i, name in enumerate(chosen):

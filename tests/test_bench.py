@@ -75,8 +75,30 @@ def bench_args(*argv: str):
 
 def test_make_bench_runs_the_deciding_sections_and_merges_bench_full_runs_them_all():
     cli, args = bench_args()
-    assert list(args.only) == ["precision_auto", "speed_bar", "throughput"] and args.merge
+    assert list(args.only) == ["precision_auto", "speed_bar", "throughput", "omp"] and args.merge
+    assert args.omp_rounds == 2 and args.omp_seconds == 2
     _, full = bench_args("--full")
     assert list(full.only) == list(cli.SECTIONS) and not full.merge
     _, some = bench_args("--only", "peak")
     assert some.only == ["peak"] and some.merge
+
+
+def test_the_wait_policy_section_shows_each_policy_against_the_best_and_mbexp_against_the_plain_loop():
+    def cell(median: float, over_best: float) -> dict:
+        return {"median": median, "over_best": over_best}
+
+    policies = {"OMP_WAIT_POLICY=PASSIVE": (cell(6000, 0.64), cell(3700, 1.0)),
+                "OpenMP's default": (cell(9300, 1.0), cell(860, 0.23))}
+    om = {"runtime": "GNU libgomp", "rule_alone": "OpenMP's default", "rule_shared": "OMP_WAIT_POLICY=PASSIVE",
+          "by_precision": {"bf16": {name: {"alone": a, "beside_second_job": b} for name, (a, b) in policies.items()}},
+          "versus_plain_loop": {"plain_loop": {"median": 9000.0, "precision": "fp32", "compiled": False,
+                                               "policy": "OpenMP's default"},
+                                "mbexp_default": {"median": 13500.0, "precision": "bf16", "compiled": True,
+                                                  "policy": "OpenMP's default"}},
+          "mbexp_default_over_plain_loop_alone": 1.5}
+    text = table(fp32_only() | {"omp": om, "checks": {}})
+    assert "OpenMP wait policy (GNU libgomp;" in text
+    assert [line.split()[-4:] for line in text.splitlines() if line.startswith("  OMP_WAIT_POLICY=PASSIVE")] == [
+        ["6,000", "0.64x", "3,700", "1.00x"]]
+    assert "the plain loop (fp32 eager, OpenMP's default) 9,000: 1.50x" in text
+    assert ratios({"omp": om}) == "defaults / plain loop under OpenMP's default, alone 1.50x"

@@ -3,10 +3,11 @@ checks, the side-by-side table and the speed bar's one-line verdict."""
 import os
 import platform
 import re
+from pathlib import Path
 
 import torch
 
-from mbexp import speed
+from mbexp import speed, wait_policy
 from mbexp.bench.harness import PRECISIONS
 from mbexp.bench.speed_bar import SPEED_BAR
 from mbexp.model import DecoderLM, flops_terms
@@ -33,7 +34,8 @@ def machine_info(device: torch.device) -> dict:
             "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
             "python": platform.python_version(), "load_avg_start": os.getloadavg()[0],
-            "env": {k: os.environ[k] for k in THREAD_ENV if k in os.environ}}
+            "env": {k: os.environ[k] for k in THREAD_ENV if k in os.environ},
+            "wait_policy": wait_policy.in_force(), "openmp_runtime": wait_policy.runtime(maps())}
     if device.type == "cuda":
         info |= {"gpu": torch.cuda.get_device_name(device), "cuda": torch.version.cuda,
                  "tf32_matmul": torch.backends.cuda.matmul.allow_tf32}
@@ -164,14 +166,35 @@ def table(res: dict) -> str:
                          f"d_model): {nm['layer']['us_best']:.0f} vs {nm['rms']['us_best']:.0f} us "
                          f"(rms/layer {nm['rms']['us_best'] / nm['layer']['us_best']:.2f})")
     if om := res.get("omp"):
-        lines += ["", "OMP_WAIT_POLICY (child processes, mbexp eager step, tokens/s per job, median over rounds)",
-                  row("", "alone", "beside a 2nd job")]
-        for policy in ("PASSIVE", "openmp_default"):
-            lines.append(row(policy, *(f"{om[policy][sc]['median']:,.0f}" for sc in ("alone", "beside_second_job"))))
-        lines.append(row("PASSIVE / default", *(f"{om[f'passive_over_default_{sc}']:.2f}x"
-                                                 for sc in ("alone", "beside_second_job"))))
+        lines += omp_lines(om)
     lines += ["", *(f"{'PASS' if ok else 'FAIL'}  {name}" for name, ok in res["checks"].items())]
     return "\n".join(lines)
+
+
+def omp_lines(om: dict) -> list[str]:
+    """The wait-policy section: tokens/s per job of each policy alone and beside a second job (and its share of
+    the best policy's), then mbexp's defaults against the plain loop, alone."""
+    lines = ["", f"OpenMP wait policy ({om['runtime']}; child processes, bare loop, tokens/s per job, median over "
+                 f"rounds, / the best policy there); mbexp: {om['rule_alone']} alone, {om['rule_shared']} shared"]
+    for precision, res in om["by_precision"].items():
+        lines.append(f"{precision:<26}{'alone':>16}{'':>8}{'beside a 2nd job':>18}{'':>8}")
+        for name, d in res.items():
+            lines.append(f"  {name:<24}" + "".join(f"{d[sc]['median']:>16,.0f}{d[sc]['over_best']:>7.2f}x"
+                                                   for sc in ("alone", "beside_second_job")))
+    v = om["versus_plain_loop"]
+    what = {k: f"{d['precision']} {'compiled' if d['compiled'] else 'eager'}, {d['policy']}" for k, d in v.items()}
+    lines.append(f"alone: mbexp's defaults ({what['mbexp_default']}) {v['mbexp_default']['median']:,.0f} tokens/s, "
+                 f"the plain loop ({what['plain_loop']}) {v['plain_loop']['median']:,.0f}: "
+                 f"{om['mbexp_default_over_plain_loop_alone']:.2f}x")
+    return lines
+
+
+def maps() -> str:
+    """This process's memory map: the shared libraries it has loaded (torch's OpenMP runtime among them)."""
+    try:
+        return Path("/proc/self/maps").read_text()
+    except OSError:
+        return ""
 
 
 def verdict(res: dict) -> str:
@@ -199,5 +222,8 @@ def ratios(res: dict) -> str:
     if sb := res.get("speed_bar"):
         parts.append("defaults / plain loop " + ", ".join(
             f"precision={k} ({d['precision']} {'compiled' if d['compiled'] else 'eager'}) {d['steady_ratio']:.2f}x "
-            f"steady" for k, d in sb["defaults"].items()))
+            f"steady" for k, d in sb["defaults"].items()) + " (one process, one environment)")
+    if om := res.get("omp"):
+        ratio = om["mbexp_default_over_plain_loop_alone"]
+        parts.append(f"defaults / plain loop under OpenMP's default, alone {ratio:.2f}x")
     return "; ".join(parts)

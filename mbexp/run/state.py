@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from mbexp import distributed
+from mbexp import distributed, wait_policy
 from mbexp.config import Config
 from mbexp.data import Batches, TokenData
 from mbexp.declarations import covering
@@ -139,7 +139,7 @@ class RunState:
         self.meta = {"params": counts["total"], "params_non_embedding": counts["non_embedding"],
                      "params_ffn": counts["ffn"], "d_ff": model.spec.d_ff, "flops_per_token": flops_per_token(model),
                      "train_tokens": int(data.train.size), "precision": precision, "device": str(device),
-                     "compiled": compiled}
+                     "compiled": compiled, "wait_policy": wait_policy.in_force()}
         if self.ddp.is_main:
             write_text(self.dir / CONFIG, OmegaConf.to_yaml(OmegaConf.structured(self.cfg)))
             write_text(self.dir / METRICS, "".join(json_line(r) for r in self.records))

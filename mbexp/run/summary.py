@@ -39,6 +39,7 @@ class RunSummary:
     precision: str | None = None  # fp32 or bf16, also in `identity`
     device: str | None = None
     compiled: bool | None = None
+    wait_policy: str | None = None  # OpenMP's, as mbexp.wait_policy.describe says it: speed only, not identity
     identity: dict = field(default_factory=dict)  # the dotted config keys that decide the numbers
     early_step: int | None = _number()
     early_tokens: int | None = _number()
