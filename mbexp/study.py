@@ -22,6 +22,8 @@ from mbexp.run.identity import summaries_of
 from mbexp.run.migrate import identity_values
 from mbexp.run.summary import lr_problem
 
+MIN_SCAN_SEEDS = 2  # fewer: a row's LR choice cannot be told from seed noise (the scan table's `gap (noise)`)
+
 
 class StudyError(ValueError):
     pass
@@ -207,6 +209,10 @@ def main(argv: list[str] | None = None) -> None:
         print(f"study {study.name}: {len(study.row_values())} rows x {len(study.lr_grid)} LRs x "
               f"{len(study.scan_seeds)} scan seed(s){reuse}, then {len(study.seeds)} planned seeds; budgets "
               f"{list(study.budgets)}", flush=True)
+        if len(study.scan_seeds) < MIN_SCAN_SEEDS:
+            print(f"warning: study {study.name} chooses each row's LR on {len(study.scan_seeds)} scan seed; with "
+                  f"{MIN_SCAN_SEEDS} the scan table can say whether a choice is within seed noise "
+                  "(docs/studies.md)", file=sys.stderr, flush=True)
         # a study reusing another's scan runs that scan's own command: its finished runs are skipped
         scan = scan_command(load_study(args.results, study.scan_of) if study.scan_of else study, jobs=args.jobs,
                             results_dir=args.results)

@@ -51,7 +51,8 @@ def test_the_scan_table_marks_each_choice_and_an_unfinished_row(tmp_path):
     write_scan(tmp_path)
     study = load_studies(tmp_path)["lad"]
     frame = lr_scan.scan_frame(study, tmp_path)
-    assert list(frame.columns) == ["model", "ffn", "lr", "steps", "n", "val_loss", "chosen", "edge", "vertex"]
+    assert list(frame.columns) == ["model", "ffn", "lr", "steps", "n", "val_loss", "chosen", "edge", "vertex", "gap",
+                                   "noise"]
     assert len(frame) == 4 * 3 and set(frame["steps"]) == {60}  # read at select_at, the largest budget
     picked = frame[frame["chosen"]].set_index(["model", "ffn"])
     assert picked["lr"].to_dict() == {("ladder64", "relu"): 1e-2, ("ladder64", "geglu"): 3e-3,
@@ -63,7 +64,7 @@ def test_the_scan_table_marks_each_choice_and_an_unfinished_row(tmp_path):
 
     md = lr_scan.to_markdown(study, frame)
     assert "| model | ffn | lr=0.001 | lr=0.003 | lr=0.01 | chosen | edge |" in md
-    assert "| ladder64 | relu | 5.400 | 5.200 | **5.100** | 0.01 | high |" in md
+    assert "| ladder64 | relu | 5.400 | 5.200 | **5.100** | 0.01 | high | — | — | 0.1000 (one seed) |" in md
     assert "| ladder96 | geglu | 5.200 | 5.200 | — | — | scan unfinished |" in md
     assert "11 of 12 scan runs finished" in md
     assert "| ladder64 | 0.01 | 0.003 |" in md and "| ladder96 | 0.003 | — |" in md  # chosen LR by size and FFN
@@ -163,3 +164,20 @@ def test_a_study_whose_overrides_do_not_compose_still_gets_its_cost():
     spec = {"experiment": "ffn_wsd_cpu", "rows": {"ffn": ["relu"]}, "lr_grid": [1e-3, 1e-2], "scan_seeds": [0],
             "seeds": [1], "budgets": [300, 600], "overrides": ["optim.warmup_step=30"]}
     assert per_run_steps(parse_study("s", spec, "x")) == 600 + 60
+
+
+def test_a_choice_is_within_noise_when_the_runner_up_is_closer_than_seed_noise():
+    from mbexp.analysis.lr_scan import Z95, choice_noise, seed_sd
+
+    # two rows x two LRs on two seeds: every cell's two losses differ by 0.02, a pooled SD of 0.02 / sqrt(2)
+    found = {(("relu",), 1e-3): [4.50, 4.52], (("relu",), 2e-3): [4.49, 4.51],
+             (("geglu",), 1e-3): [4.40, 4.42], (("geglu",), 2e-3): [4.60, 4.62], (("gelu",), 4e-3): [4.7]}
+    sd = seed_sd(found)
+    assert abs(sd - 0.02 / math.sqrt(2)) < 1e-12
+    gap, noise = choice_noise({1e-3: 4.51, 2e-3: 4.50, 4e-3: math.inf}, 2, sd)
+    assert abs(gap - 0.01) < 1e-12 and abs(noise - Z95 * sd) < 1e-12 and gap < noise  # within noise
+    gap, noise = choice_noise({1e-3: 4.41, 2e-3: 4.61}, 2, sd)
+    assert gap > noise  # 0.2 apart: resolved
+    assert math.isnan(seed_sd({(("relu",), 1e-3): [4.5], (("relu",), 2e-3): [4.4]}))  # one scan seed
+    assert math.isnan(choice_noise({1e-3: 4.5, 2e-3: 4.4}, 1, math.nan)[1])
+    assert math.isnan(choice_noise({1e-3: 4.5, 2e-3: math.inf}, 2, sd)[0])  # one finite LR: no runner-up

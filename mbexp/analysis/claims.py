@@ -160,14 +160,13 @@ def family(claim: Claim, table: Table, value, seeds=None) -> list[Comparison]:
         deltas = stats.seed_deltas(a, b)
         out.append(Comparison(pair[0], pair[1], interval, stats.compare(a, b, level=stats.LEVEL90), deltas,
                               len(deltas) if interval.method == "paired" else min(len(a), len(b))))
-    margins = claim.hypothesis == EQUIVALENT or claim.statistic == "sensitivity"
     p_holm = stats.holm([c.interval.p for c in out])
-    tost = stats.holm([stats.tost(c.interval, claim.margin) if margins else math.nan for c in out])
-    far = stats.holm([stats.beyond_margin(c.interval, claim.margin) if margins else math.nan for c in out])
+    tost = stats.holm([stats.tost(c.interval, claim.margin) for c in out])
+    far = stats.holm([stats.beyond_margin(c.interval, claim.margin) for c in out])
     for c, p, t, f in zip(out, p_holm, tost, far):
         c.p_holm, c.tost_holm, c.beyond_holm = p, t, f
         # a margin is read first: a difference resolved nonzero but inside the margin is still equivalent within it
-        c.mark = EQUIVALENT if t < stats.ALPHA else stats.mark(c.interval.delta, p, math.nan)
+        c.mark = stats.mark(c.interval.delta, p, t)
         c.outcome = outcome(claim, c)
         if c.outcome == UNTESTED:
             c.mark = NO_INTERVAL

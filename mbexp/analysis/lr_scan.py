@@ -15,13 +15,35 @@ from mbexp.claims_file import Study
 from mbexp.schedule import cooldown_start
 from mbexp.study import best_of, scan_losses
 
-COLUMNS = ("lr", "steps", "n", "val_loss", "chosen", "edge", "vertex")  # after the study's row keys
+COLUMNS = ("lr", "steps", "n", "val_loss", "chosen", "edge", "vertex", "gap", "noise")  # after the row keys
+Z95 = 1.959964  # the normal quantile of a two-sided 95% interval
+
+
+def seed_sd(found: dict) -> float:
+    """The scan's seed SD: the pooled sample SD of the validation losses across scan seeds over every (row, LR)
+    with at least two finite ones (NaN with one scan seed: the noise of a choice is then unknown)."""
+    cells = [[v for v in losses if math.isfinite(v)] for losses in found.values()]
+    cells = [c for c in cells if len(c) >= 2]
+    dof = sum(len(c) - 1 for c in cells)
+    if not dof:
+        return math.nan
+    return math.sqrt(sum(sum((v - sum(c) / len(c)) ** 2 for v in c) for c in cells) / dof)
+
+
+def choice_noise(means: dict, n_seeds: int, sd: float) -> tuple[float, float]:
+    """(gap, noise) of a row's choice: the second-best grid LR's mean validation loss minus the best's, and the 95%
+    half-width of the difference of two means of `n_seeds` seeds at the scan's seed SD: a gap below the noise is a
+    choice within noise (NaN: fewer than two finite LRs, or the SD unknown)."""
+    finite = sorted(v for v in means.values() if math.isfinite(v))
+    gap = finite[1] - finite[0] if len(finite) >= 2 else math.nan
+    return gap, Z95 * sd * math.sqrt(2 / n_seeds) if n_seeds and math.isfinite(sd) else math.nan
 
 
 def scan_frame(study: Study, results_dir) -> pd.DataFrame:
     """One line per (row, grid LR): the scan seeds finished, their mean final validation loss at select_at (inf:
     one diverged; NaN: none finished), and for a row whose scan is complete, whether this LR is its choice."""
     found, lines = scan_losses(study, results_dir), []
+    sd = seed_sd(found)
     for values in study.row_values():
         row = tuple(str(v) for v in values)
         runs = {lr: found.get((row, lr), []) for lr in study.lr_grid}
@@ -29,12 +51,14 @@ def scan_frame(study: Study, results_dir) -> pd.DataFrame:
         complete = all(len(r) >= len(study.scan_seeds) for r in runs.values())
         # every LR diverged: no choice (the study command refuses to go on)
         choice = best_of(study.lr_grid, means) if complete and min(means.values()) < math.inf else None
+        gap, noise = choice_noise(means, len(study.scan_seeds), sd) if choice else (math.nan, math.nan)
         for lr in study.lr_grid:
             chosen = choice is not None and lr == choice.lr
             lines.append({**dict(zip(study.rows, map(str, values))), "lr": lr, "steps": study.select_at,
                           "n": len(runs[lr]), "val_loss": means[lr], "chosen": chosen,
                           "edge": choice.edge if chosen else "",
-                          "vertex": vertex(study.lr_grid, means, lr) if chosen else math.nan})
+                          "vertex": vertex(study.lr_grid, means, lr) if chosen else math.nan,
+                          "gap": gap if chosen else math.nan, "noise": noise if chosen else math.nan})
     return pd.DataFrame(lines, columns=[*study.rows, *COLUMNS])
 
 
@@ -97,6 +121,21 @@ def _cell(line: pd.Series) -> str:
     return f"**{text}**" if line["chosen"] else text
 
 
+def _sd_text(frame: pd.DataFrame) -> str:
+    noise = frame["noise"].dropna()
+    return "one scan seed: unknown" if noise.empty else "noise " + ", ".join(sorted({f"{v:.4f}" for v in noise}))
+
+
+def _gap_cell(chosen: pd.DataFrame) -> str:
+    """A row's gap and its noise, `within noise` when the gap is the smaller."""
+    if chosen.empty or pd.isna(chosen["gap"].iloc[0]):
+        return "—"
+    gap, noise = chosen["gap"].iloc[0], chosen["noise"].iloc[0]
+    if pd.isna(noise):
+        return f"{gap:.4f} (one seed)"
+    return f"{gap:.4f} ({noise:.4f}){', within noise' if gap < noise else ''}"
+
+
 def to_markdown(study: Study, frame: pd.DataFrame, halved: tuple[dict, int] = ({}, 0)) -> str:
     """The scan as a grid (one line per row, one column per LR, the chosen cell bold, and successive halving's pick
     when `halved` (halving()) has the row) and, for rows of two keys, the chosen LR of each pair: how the optimum
@@ -107,11 +146,14 @@ def to_markdown(study: Study, frame: pd.DataFrame, halved: tuple[dict, int] = ({
              f"seed(s) {', '.join(map(str, study.scan_seeds))} (runs in `{study.scan_experiment}`); bold: the LR "
              f"chosen (lowest; ties: the smaller); edge: the best LR is an end of the grid, so the optimum may lie "
              f"beyond it; vertex: the LR at the vertex of the parabola in log LR through the chosen LR and its two "
-             f"neighbours, where between grid points the optimum lies (exploratory). {finished} of {total} scan runs "
-             "finished.", "",
+             f"neighbours, where between grid points the optimum lies (exploratory); gap: the second-best LR's mean "
+             f"minus the chosen one's, against the 95% noise of a difference of two {len(study.scan_seeds)}-seed "
+             f"means at the scan's pooled seed SD ({_sd_text(frame)}): `within noise` when the gap is smaller, "
+             f"so the choice could be another LR on other seeds. {finished} of {total} scan runs finished.", "",
              "| " + " | ".join([*keys, *(f"lr={setting(lr)}" for lr in grid), "chosen", "edge", "halving",
-                               "vertex"]) + " |",
-             "|" + "|".join([":---"] * len(keys) + ["---:"] * (len(grid) + 1) + [":---", "---:", "---:"]) + "|"]
+                               "vertex", "gap (noise)"]) + " |",
+             "|" + "|".join([":---"] * len(keys) + ["---:"] * (len(grid) + 1) + [":---", "---:", "---:", ":---"])
+             + "|"]
     same = []
     for values, group in frame.groupby(keys, sort=False):
         chosen = group[group["chosen"]]
@@ -124,7 +166,7 @@ def to_markdown(study: Study, frame: pd.DataFrame, halved: tuple[dict, int] = ({
         top = chosen["vertex"].iloc[0] if len(chosen) else math.nan
         lines.append("| " + " | ".join([*values, *(_cell(line) for _, line in group.iterrows()), pick,
                                         edge or "—", setting(found[0]) if found else "—",
-                                        "—" if pd.isna(top) else f"{top:.2g}"]) + " |")
+                                        "—" if pd.isna(top) else f"{top:.2g}", _gap_cell(chosen)]) + " |")
     if same:
         spent, full = sum(steps for _, steps in picks.values()), full * len(picks)
         lines += ["", f"Successive halving (the column `halving`: every LR judged after the smallest budget's "

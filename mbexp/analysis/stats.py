@@ -96,11 +96,12 @@ def tost(interval: Interval, margin: float) -> float:
 
 
 def mark(delta: float, p_adjusted: float, tost_adjusted: float, alpha: float = ALPHA) -> str:
-    """better / worse when the Holm-adjusted p < alpha, else equivalent when the adjusted TOST p < alpha."""
-    if p_adjusted < alpha:
-        return BETTER if delta < 0 else WORSE
+    """equivalent when the adjusted TOST p < alpha (Δ inside ±margin, even if resolved from 0), else better / worse
+    when the Holm-adjusted p < alpha: the one mark of a comparison, in a table and in a claim alike."""
     if tost_adjusted < alpha:
         return EQUIVALENT
+    if p_adjusted < alpha:
+        return BETTER if delta < 0 else WORSE
     return UNRESOLVED
 
 

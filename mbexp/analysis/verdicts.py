@@ -69,8 +69,9 @@ class Result:
 
 
 def outcome(claim: Claim, c: Comparison) -> str:
-    """What one comparison's mark says about the hypothesis (an ordering pair reads as `better`); a sensitivity
-    claim of better/worse needs the sensitivity resolved beyond its margin, and is contradicted within it."""
+    """What one comparison's mark says about the hypothesis (an ordering pair reads as `better`): a difference
+    contradicts a better/worse hypothesis only when resolved beyond the margin the other way; a sensitivity claim of
+    better/worse needs the sensitivity resolved beyond its margin, and is contradicted within it."""
     if math.isnan(c.interval.p) or math.isnan(c.interval.low):
         return UNTESTED
     if claim.hypothesis == EQUIVALENT:
@@ -80,7 +81,10 @@ def outcome(claim: Claim, c: Comparison) -> str:
         if c.beyond_holm < stats.ALPHA:
             return SUPPORTS if (WORSE if c.interval.delta > 0 else BETTER) == want else CONTRADICTS
         return CONTRADICTS if c.mark == EQUIVALENT else OPEN
-    return SUPPORTS if c.mark == want else CONTRADICTS if c.mark in (BETTER, WORSE) else OPEN
+    if c.mark == want:
+        return SUPPORTS
+    # against it only when resolved beyond the margin the other way; inside the margin it reads equivalent
+    return CONTRADICTS if c.mark in (BETTER, WORSE) and c.beyond_holm < stats.ALPHA else OPEN
 
 
 def verdict(comparisons: list[Comparison]) -> str:
