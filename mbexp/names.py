@@ -8,7 +8,8 @@ NORM_OPTIONS = {"layer": ("eps", "bias"), "rms": ("eps",), "dyt": ("alpha_init",
 # each option's default: NormConfig's and the norm classes' (alpha_init: Zhu et al. 2025's initial alpha)
 NORM_DEFAULTS = {"eps": 1e-5, "bias": False, "alpha_init": 0.5}
 PLACEMENTS = ("pre", "post", "peri", "output", "deepnorm")
-FFNS = ("relu", "gelu", "swish", "glu", "bilinear", "reglu", "geglu", "swiglu")
+# appended options go last: the table lists rows in this order
+FFNS = ("relu", "gelu", "swish", "glu", "bilinear", "reglu", "geglu", "swiglu", "relu2")
 GATED = ("glu", "bilinear", "reglu", "geglu", "swiglu")
 GELU_FFNS = ("gelu", "geglu")  # the FFNs that ffn.gelu (exact | tanh) applies to
 GELUS = ("exact", "tanh")

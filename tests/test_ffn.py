@@ -1,4 +1,4 @@
-"""The eight FFN variants against their Shazeer (2020) formulas, and the hidden-width rule."""
+"""The FFN variants against their formulas (Shazeer 2020; So et al. 2021 for relu2), and the hidden-width rule."""
 
 import math
 
@@ -7,7 +7,7 @@ import torch
 
 from mbexp.model.ffn import FFN, FFNS, GATED, HIDDEN_RULES, ffn_hidden_dim
 
-TWO_MATRIX = ("relu", "gelu", "swish")
+TWO_MATRIX = ("relu", "gelu", "swish", "relu2")
 ALL = TWO_MATRIX + ("glu", "bilinear", "reglu", "geglu", "swiglu")
 
 
@@ -33,6 +33,8 @@ def reference(name: str, ffn: FFN, x: torch.Tensor) -> torch.Tensor:
         return _gelu(xw) @ w2
     if name == "swish":
         return _swish(xw) @ w2
+    if name == "relu2":  # Primer: W2 relu(W1 x)^2
+        return torch.clamp(xw, min=0) ** 2 @ w2
     if name == "glu":
         return (torch.sigmoid(xw) * xv) @ w2
     if name == "bilinear":
@@ -46,7 +48,7 @@ def reference(name: str, ffn: FFN, x: torch.Tensor) -> torch.Tensor:
     raise AssertionError(name)
 
 
-def test_registry_is_the_eight_variants():
+def test_registry_is_the_nine_variants():
     assert set(FFNS) == set(ALL)
     assert GATED == set(ALL) - set(TWO_MATRIX)
 
@@ -78,12 +80,13 @@ def test_formulas_tell_variants_apart():
     """Each variant's module output differs from every other variant's formula on the same weights."""
     torch.manual_seed(2)
     x = torch.randn(2, 4, 16)
-    for name in GATED:
-        ffn = FFN(name, 16, 24)
-        with torch.no_grad():
-            out = ffn(x)
-            for other in GATED - {name}:
-                assert not torch.allclose(out, reference(other, ffn, x), atol=1e-4), (name, other)
+    for group in (GATED, set(TWO_MATRIX)):
+        for name in group:
+            ffn = FFN(name, 16, 24)
+            with torch.no_grad():
+                out = ffn(x)
+                for other in group - {name}:
+                    assert not torch.allclose(out, reference(other, ffn, x), atol=1e-4), (name, other)
 
 
 @pytest.mark.parametrize("name", ALL)

@@ -129,7 +129,7 @@ COMBOS += [("layer", "pre", ffn, hidden) for ffn in ("relu", "swiglu") for hidde
 
 
 def test_combo_grid_is_complete():
-    assert len(COMBOS) == 3 * 5 * 8 + 4
+    assert len(COMBOS) == 3 * 5 * 9 + 4
     assert {c[3] for c in COMBOS} == set(HIDDEN_RULES)
 
 

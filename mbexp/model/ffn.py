@@ -1,4 +1,4 @@
-"""The eight feed-forward variants of Shazeer (2020) and the hidden-width rule."""
+"""The eight feed-forward variants of Shazeer (2020), squared ReLU (So et al. 2021) and the hidden-width rule."""
 
 import math
 from functools import partial
@@ -18,6 +18,7 @@ ACTIVATIONS = {
     "reglu": F.relu,
     "geglu": F.gelu,
     "swiglu": F.silu,
+    "relu2": lambda x: F.relu(x).square(),  # Primer's squared ReLU
 }
 GELUS = {"exact": F.gelu, "tanh": partial(F.gelu, approximate="tanh")}  # tanh: GPT-2's and Gemma's GELU
 GATED = set(names.GATED)
