@@ -16,6 +16,8 @@ GELUS = ("exact", "tanh")
 HIDDEN_RULES = ("matched", "4d", "8_3d")
 POSITIONS = ("rope", "learned", "sinusoidal")
 QK_NORMS = ("none", "head", "proj")  # head: each head's dims (Gemma 3, Qwen 3); proj: the whole projection (OLMo 2)
+OPTIMIZERS = ("adamw", "muon")
+ADJUST_LR_FNS = ("original", "match_rms_adamw")  # torch's Muon update scalings: Jordan et al.'s, Moonlight's
 # the block's axes, each a config group: a run's `axes`, a table's row order, the model contract's first fields
 AXES = {"norm": NORMS, "placement": PLACEMENTS, "ffn": FFNS, "hidden": HIDDEN_RULES}
 

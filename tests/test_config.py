@@ -114,6 +114,15 @@ def test_defaults():
     (["norm.eps=0"], ["norm.eps=0.0", "> 0"]),  # the boundaries themselves: each is refused
     (["optim.betas=[0.9,1.0]"], ["optim.betas=[0.9, 1.0]", "[0, 1)"]),
     (["data.val_fraction=0.1", "data.test_fraction=0.9"], ["data.test_fraction", "data.val_fraction"]),
+    (["optim=lion"], ["optim", "adamw", "muon"]),
+    (["optim.name=lion"], ["optim.name", "adamw", "muon"]),
+    (["optim=muon", "optim.adjust_lr_fn=spectral"], ["optim.adjust_lr_fn", "original", "match_rms_adamw"]),
+    (["optim.adjust_lr_fn=original"], ["optim.adjust_lr_fn=original", "optim=muon"]),
+    (["optim.adamw_lr=0.001"], ["optim.adamw_lr=0.001", "optim=muon"]),
+    (["optim=muon", "optim.adamw_lr=0"], ["optim.adamw_lr=0.0", "> 0", "null"]),
+    (["train.z_loss=-1e-4"], ["train.z_loss", ">= 0"]),
+    (["model.logit_softcap=0"], ["model.logit_softcap=0.0", "positive", "null"]),
+    (["model.attn_softcap=-50"], ["model.attn_softcap=-50.0", "positive", "null"]),
 ])
 def test_bad_input_names_the_key_and_choices(args, must_say):
     with pytest.raises(ConfigError) as err:
