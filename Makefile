@@ -62,7 +62,7 @@ data: install ## prepare the default corpus and print its statistics
 bench: install ## what the defaults follow: precision, speed bar vs a plain loop (compile included), trainer vs bare loop
 	$(BIN)/python scripts/bench.py
 
-bench-full: install ## make bench plus the matmul peak (MFU), FFN variants, norms and OMP wait policy
+bench-full: install ## make bench plus the matmul peak (MFU), FFN variants, Muon and soft-cap cost, norms, OMP policy
 	$(BIN)/python scripts/bench.py --full
 
 gpu-check: install ## on a CUDA machine: tests, bench, 200 steps of each GPU preset -> results/bench/cuda.json

@@ -163,6 +163,10 @@ def table(res: dict) -> str:
                          f"{rms / ref:.3f}); the norm alone, fwd+bwd on ({cfg['batch_size']}, {cfg['seq_len']}, "
                          f"d_model): {nm['layer']['us_best']:.0f} vs {nm['rms']['us_best']:.0f} us "
                          f"(rms/layer {nm['rms']['us_best'] / nm['layer']['us_best']:.2f})")
+    if ax := res.get("axes"):
+        lines += ["", "per-step cost, bare loop, side by side: new / what it replaces (best, median)"]
+        for ratio in ("muon_over_adamw", "attn_softcap_over_sdpa"):
+            lines.append(f"{ratio:<24}{ax[ratio]['best']:>8.3f}x{ax[ratio]['median']:>8.3f}x")
     if om := res.get("omp"):
         lines += ["", "OMP_WAIT_POLICY (child processes, mbexp eager step, tokens/s per job, median over rounds)",
                   row("", "alone", "beside a 2nd job")]
