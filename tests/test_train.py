@@ -187,3 +187,16 @@ def test_a_run_past_one_epoch_says_so_before_it_trains(tmp_path, cache, caplog):
     past = train(compose_config(clean(overrides(tmp_path / "b", cache, *small, f"train.batch_size={rows}"))))
     said = f"this run reads its training split {past['epochs']:.1f} times ({past['train_tokens']} training tokens"
     assert past["epochs"] > 2 and said in caplog.text and "past one epoch" in caplog.text
+
+
+def test_z_loss_is_logged_apart_and_train_loss_stays_the_cross_entropy(tmp_path, cache):
+    """At the first log line log Z is still near ln(vocab): the logged z term is z * log^2 Z, and only there."""
+    _, plain = run(tmp_path / "a", cache, "device=cpu")
+    _, with_z = run(tmp_path / "b", cache, "device=cpu", "train.z_loss=1e-3")
+    trains = [r for r in metrics(with_z) if "train_loss" in r]
+    assert all("z_loss" not in r for r in metrics(plain))
+    assert 0.5 < trains[0]["z_loss"] / (1e-3 * math.log(512) ** 2) < 2
+    assert all(r["z_loss"] > 0 for r in trains)
+    # the cross-entropy alone: within z_loss of the run without it at the first log line, not above it by z_loss
+    first_plain = next(r for r in metrics(plain) if "train_loss" in r)
+    assert abs(trains[0]["train_loss"] - first_plain["train_loss"]) < trains[0]["z_loss"] / 2

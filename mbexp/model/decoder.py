@@ -36,6 +36,9 @@ class ModelSpec:
     bias: bool  # biases in every attention and FFN Linear (GPT-2, the original Transformer)
     qk_norm: str  # none | head | proj: normalise q and k before RoPE
     emb_scale: bool  # token embedding ~ N(0, 1/D), times a learnable scalar initialised to sqrt(D)
+    logit_softcap: float | None  # cap * tanh(logits / cap) on the head's logits; None: off
+    attn_softcap: float | None  # the same on attention scores, before the mask (explicit scores, not SDPA)
+    zero_init_proj: bool  # attn.proj and ffn.w2 start at 0
     norm: str
     norm_eps: float
     norm_bias: bool
@@ -45,9 +48,6 @@ class ModelSpec:
     ffn_gelu: str
     hidden: str
     hidden_multiple_of: int
-    logit_softcap: float | None  # cap * tanh(logits / cap) on the head's logits; None: off
-    attn_softcap: float | None  # the same on attention scores, before the mask (explicit scores, not SDPA)
-    zero_init_proj: bool  # attn.proj and ffn.w2 start at 0
 
     @property
     def d_ff(self) -> int:
