@@ -7,12 +7,13 @@ from mbexp.config import CONF_DIR, ConfigError, compose_config, to_object
 from mbexp.model import PLACEMENTS
 from mbexp.model.ffn import FFNS, HIDDEN_RULES
 from mbexp.model.norms import NORMS
+from mbexp.names import OPTIMIZERS
 
 GROUP_OPTIONS = {
     "norm": list(NORMS), "placement": list(PLACEMENTS), "ffn": list(FFNS), "hidden": list(HIDDEN_RULES),
     "model": ["tiny", "small", "base", *(f"ladder{d}" for d in (64, 96, 128, 160, 192, 256, 384, 512, 640))],
     "data": ["bigtxt", "tinystories", "wikitext2", "wikitext103", "text"],
-    "optim": ["adamw"], "logger": ["wandb", "none"],
+    "optim": list(OPTIMIZERS), "logger": ["wandb", "none"],
 }
 
 

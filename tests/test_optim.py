@@ -153,3 +153,15 @@ def test_z_loss_joins_the_training_loss_only():
     _, _, z_off = train_step(plain, 0.02, 0.0)
     assert z_off.item() == 0.0
     assert not torch.equal(plain.model.tok_emb.weight, zl.model.tok_emb.weight), "the z term moved the weights"
+
+
+def test_muon_under_ddp_stops_with_one_line_before_any_run_file(tmp_path, monkeypatch):
+    from mbexp import distributed, trainer
+    from mbexp.config import compose_config
+    from mbexp.validate import ConfigError
+
+    monkeypatch.setattr(trainer.distributed, "init", lambda device_type: distributed.Dist(0, 2, 0))
+    cfg = compose_config(["optim=muon", f"results_dir={tmp_path}", "logger=none", "device=cpu"])
+    with pytest.raises(ConfigError, match="optim=muon runs on one process only"):
+        trainer.train(cfg)
+    assert not list(tmp_path.rglob("summary.json"))
