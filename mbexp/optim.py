@@ -4,7 +4,8 @@ import torch
 
 from mbexp.names import OPTIMIZERS
 
-MUON_MOMENTUM = 0.95  # Nesterov momentum, Newton-Schulz quintic (3.4445, -4.7750, 2.0315) for 5 steps: torch's
+# Jordan et al. 2024's Muon: Nesterov momentum, then Newton-Schulz with the quintic's coefficients for 5 steps
+MUON_MOMENTUM, NS_COEFFICIENTS, NS_STEPS = 0.95, (3.4445, -4.7750, 2.0315), 5
 
 
 class Optimizers:
@@ -61,5 +62,6 @@ def make_optimizer(model: torch.nn.Module, optim, device: torch.device):
     rest = [p for p in params if all(p is not h for h in hidden)]
     adamw_lr = optim.lr if optim.adamw_lr is None else optim.adamw_lr
     muon = torch.optim.Muon([{"params": hidden, "lr_scale": 1.0}], lr=optim.lr, weight_decay=optim.weight_decay,
-                            momentum=MUON_MOMENTUM, nesterov=True, adjust_lr_fn=optim.adjust_lr_fn)
+                            momentum=MUON_MOMENTUM, nesterov=True, ns_coefficients=NS_COEFFICIENTS,
+                            ns_steps=NS_STEPS, adjust_lr_fn=optim.adjust_lr_fn)
     return Optimizers(muon=muon, adamw=adamw(rest, optim, device, lr_scale=adamw_lr / optim.lr))

@@ -167,6 +167,8 @@ MUTANTS = [
            '"relu2": lambda x: F.relu(x),', (T + "test_ffn.py",)),
     Mutant("muon_without_nesterov", "mbexp/optim.py", "momentum=MUON_MOMENTUM, nesterov=True,",
            "momentum=MUON_MOMENTUM, nesterov=False,", (T + "test_optim.py",)),
+    Mutant("muon_four_ns_steps", "mbexp/optim.py", "(3.4445, -4.7750, 2.0315), 5", "(3.4445, -4.7750, 2.0315), 4",
+           (T + "test_optim.py",)),
     Mutant("muon_takes_the_embedding", "mbexp/optim.py",
            "return [p for p in model.blocks.parameters() if p.requires_grad and p.dim() == 2]",
            "return [p for p in model.parameters() if p.requires_grad and p.dim() == 2]", (T + "test_optim.py",)),
