@@ -256,7 +256,7 @@ def test_logit_softcap_is_cap_tanh_of_the_logits():
     torch.testing.assert_close(capped_logits, 0.05 * torch.tanh(raw / 0.05))
 
 
-@pytest.mark.parametrize("n_kv_heads", [None, 1])
+@pytest.mark.parametrize("n_kv_heads", [None, 2])
 def test_attn_softcap_caps_the_scores_before_the_causal_mask(n_kv_heads):
     """The attention output against softmax(mask(cap tanh(q k^T / sqrt(hd) / cap))) v, written out per head."""
     from mbexp.model.attention import CausalSelfAttention, apply_rope
