@@ -65,7 +65,7 @@ data: install ## prepare the default corpus and print its statistics
 bench: install ## what the defaults follow: precision, speed bar vs a plain loop, trainer vs bare loop, OpenMP wait policy
 	$(BIN)/python scripts/bench.py
 
-bench-full: install ## make bench plus the matmul peak (MFU), FFN variants and norms
+bench-full: install ## make bench plus the matmul peak (MFU), FFN variants, Muon and soft-cap cost, norms
 	$(BIN)/python scripts/bench.py --full
 
 gpu-check: install ## on a CUDA machine: tests, bench, 200 steps of each GPU preset -> results/bench/cuda.json

@@ -59,6 +59,9 @@ class ModelConfig:
     param: str = "sp"  # sp | mup: standard or maximal-update parametrisation (docs/model.md, "μP")
     init: str = "gpt2"  # gpt2: hidden matrices ~ N(0, 0.02) | fan_in: their std scaled with width as μP's
     base_d_model: int | None = None  # the base width of model.param=mup and model.init=fan_in
+    logit_softcap: float | None = None  # cap * tanh(logits / cap) on the LM head's logits (Gemma 2); None: off
+    attn_softcap: float | None = None  # the same on attention scores, before the mask (Gemma 2); None: off
+    zero_init_proj: bool = False  # attention and FFN output matrices start at 0 (modded-nanogpt)
 
 
 @dataclass
@@ -89,6 +92,8 @@ class OptimConfig:
     min_lr_ratio: float = 0.1  # the schedule ends at lr * min_lr_ratio
     cooldown_fraction: float = 0.2  # schedule=wsd: the last fraction of the steps cools down
     cooldown_shape: str = "linear"  # schedule=wsd: linear | sqrt (1 - sqrt of the cool-down progress)
+    adamw_lr: float | None = None  # optim=muon: the AdamW group's LR (None: lr, which is Muon's)
+    adjust_lr_fn: str | None = None  # optim=muon: torch's Muon update scaling (original | match_rms_adamw)
 
 
 @dataclass
@@ -110,6 +115,7 @@ class TrainConfig:
     diverge_factor: float = 1.5  # a loss above diverge_factor * ln(vocab) counts as diverged
     budgets: list[int] | None = None  # optim.schedule=wsd: run these train.steps budgets from one trunk
     final_eval: str = "windows"  # the final val/test losses: on the fixed windows, or on the whole splits (full)
+    z_loss: float = 0.0  # adds z_loss * log^2(sum exp logits), mean over tokens, to the training loss (PaLM)
     progress: bool = True
 
 
@@ -173,8 +179,7 @@ def to_object(cfg: DictConfig | Config) -> Config:
                 raise ConfigError(unknown_key(key))
         try:
             if OmegaConf.select(cfg, "data.fingerprint") is not None:
-                raise ConfigError("data.fingerprint is computed from the corpus content when a run starts; leave it "
-                                  "out")
+                raise ConfigError("data.fingerprint is computed from the corpus content when a run starts; omit it")
             cfg = OmegaConf.to_object(OmegaConf.merge(_schema(), cfg))
         except OmegaConfBaseException as exc:  # an interpolation that does not resolve, a value the schema refuses
             raise ConfigError(_unresolved(cfg, exc)) from None
@@ -227,13 +232,13 @@ def unknown_key(key: str) -> str:
 
 
 SPEC_KEYS = {  # each ModelSpec field and the config key it is read from (vocab_size: the tokenizer's)
-    "d_model": "model.d_model", "n_layers": "model.n_layers", "n_heads": "model.n_heads",
-    "n_kv_heads": "model.n_kv_heads", "seq_len": "model.seq_len", "pos": "model.pos", "rope_base": "model.rope_base",
-    "tie_embeddings": "model.tie_embeddings", "bias": "model.bias", "qk_norm": "model.qk_norm",
-    "emb_scale": "model.emb_scale", "norm": "norm.name", "norm_eps": "norm.eps", "norm_bias": "norm.bias",
-    "norm_alpha_init": "norm.alpha_init", "placement": "placement.name", "ffn": "ffn.name", "ffn_gelu": "ffn.gelu",
-    "hidden": "hidden.name", "hidden_multiple_of": "hidden.multiple_of", "param": "model.param",
-    "init": "model.init", "base_d_model": "model.base_d_model",
+    **{name: f"model.{name}" for name in ("d_model", "n_layers", "n_heads", "n_kv_heads", "seq_len", "pos", "rope_base",
+                                          "tie_embeddings", "bias", "qk_norm", "emb_scale", "logit_softcap",
+                                          "attn_softcap", "zero_init_proj")},
+    "norm": "norm.name", "norm_eps": "norm.eps", "norm_bias": "norm.bias", "norm_alpha_init": "norm.alpha_init",
+    "placement": "placement.name", "ffn": "ffn.name", "ffn_gelu": "ffn.gelu", "hidden": "hidden.name",
+    "hidden_multiple_of": "hidden.multiple_of", "param": "model.param", "init": "model.init",
+    "base_d_model": "model.base_d_model",
 }
 
 

@@ -18,6 +18,8 @@ POSITIONS = ("rope", "learned", "sinusoidal")
 PARAMS = ("sp", "mup")  # the width parametrisation: standard, or μP (mbexp/model/mup.py)
 INITS = ("gpt2", "fan_in")  # the hidden matrices' init std: 0.02, or scaled with 1/sqrt(fan_in) as μP's
 QK_NORMS = ("none", "head", "proj")  # head: each head's dims (Gemma 3, Qwen 3); proj: the whole projection (OLMo 2)
+OPTIMIZERS = ("adamw", "muon")
+ADJUST_LR_FNS = ("original", "match_rms_adamw")  # torch's Muon update scalings: Jordan et al.'s, Moonlight's
 # the block's axes, each a config group: a run's `axes`, a table's row order, the model contract's first fields
 AXES = {"norm": NORMS, "placement": PLACEMENTS, "ffn": FFNS, "hidden": HIDDEN_RULES}
 

@@ -17,7 +17,8 @@ from mbexp.config import Config, ConfigError, model_spec, to_object
 from mbexp.corpus import fingerprint
 from mbexp.data import Batches, TokenData, prepare
 from mbexp.logger import NullLogger, make_logger
-from mbexp.model import DecoderLM, mup, param_counts
+from mbexp.model import DecoderLM, param_counts
+from mbexp.optim import Optimizers, make_optimizer
 from mbexp.progress import progress_bar
 from mbexp.run import checkpoint
 from mbexp.run.branches import Branch, Trunk, budget_configs
@@ -59,43 +60,38 @@ class Learner:
     optimiser, the batches, and where and how to compute."""
 
     model: DecoderLM
-    optimizer: torch.optim.Optimizer
+    optimizer: torch.optim.Optimizer | Optimizers
     batches: Batches
     device: torch.device
     precision: str
     step_model: torch.nn.Module | None = None  # None: the model itself
+    z_loss: float = 0.0  # train.z_loss: the weight of the log-partition penalty (z_loss_term)
 
 
-def train_step(learner: Learner, lr: float, grad_clip: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """One optimiser step on the next training batch: the (loss, gradient norm), left on the device (no host
-    sync). The trainer and scripts/bench.py both call this, so the bench measures the product."""
+def z_loss_term(logits: torch.Tensor, weight: float) -> torch.Tensor:
+    """PaLM's z-loss: weight * log^2(sum_v exp logit_v), mean over tokens; it keeps the softmax normaliser near 1."""
+    return weight * torch.logsumexp(logits.float(), dim=-1).square().mean()
+
+
+def train_step(learner: Learner, lr: float, grad_clip: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One optimiser step on the next training batch: the (cross-entropy, gradient norm, z-loss term), left on the
+    device (no host sync). The trainer and scripts/bench.py both call this, so the bench measures the product."""
     t = learner
     for group in t.optimizer.param_groups:  # a group's lr_scale: its LR relative to optim.lr (muP, Muon)
         group["lr"] = lr * group.get("lr_scale", 1.0)
     x, y = t.batches.next_train()
     step_model = t.model if t.step_model is None else t.step_model
     with autocast(t.device, t.precision):
-        _, loss = step_model(x.to(t.device, non_blocking=True), y.to(t.device, non_blocking=True))
-    loss.backward()
+        logits, loss = step_model(x.to(t.device, non_blocking=True), y.to(t.device, non_blocking=True))
+    z = z_loss_term(logits, t.z_loss) if t.z_loss else torch.zeros((), device=loss.device)
+    (loss + z).backward()
     if grad_clip > 0:
         grad_norm = torch.nn.utils.clip_grad_norm_(t.model.parameters(), grad_clip)
     else:  # optim.grad_clip=0: no clipping (as in nanoGPT), the norm still logged
         grad_norm = torch.nn.utils.get_total_norm([p.grad for p in t.model.parameters() if p.grad is not None])
     t.optimizer.step()
     t.optimizer.zero_grad(set_to_none=True)
-    return loss.detach(), grad_norm
-
-
-def make_optimizer(model: torch.nn.Module, optim, device: torch.device) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices and embeddings only, not on norm gains or biases; under μP the hidden
-    matrices in groups of their own LR scale (mup.scale_groups)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": optim.weight_decay},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-    ]
-    groups = mup.scale_groups(model, groups)  # μP: the hidden matrices' LR and decay by width
-    return torch.optim.AdamW(groups, lr=optim.lr, betas=tuple(optim.betas), fused=device.type == "cuda")
+    return loss.detach(), grad_norm, z.detach()
 
 
 def make_learner(cfg: Config, data: TokenData, device: torch.device, precision: str,
@@ -106,7 +102,8 @@ def make_learner(cfg: Config, data: TokenData, device: torch.device, precision: 
     model = DecoderLM(model_spec(cfg, data.vocab_size)).to(device)
     batches = Batches(data, seq_len=cfg.model.seq_len, batch_size=cfg.train.batch_size, seed=cfg.seed,
                       val_windows=cfg.data.val_windows, rank=ddp.rank, world_size=ddp.world_size)
-    return Learner(model, make_optimizer(model, cfg.optim, device), batches, device, precision)
+    return Learner(model, make_optimizer(model, cfg.optim, device), batches, device, precision,
+                   z_loss=cfg.train.z_loss)
 
 
 @torch.no_grad()
@@ -142,6 +139,8 @@ def train(cfg) -> dict:
         log.warning("optim.warmup_steps=%d is not shorter than the run (train.steps=%d): the learning rate never "
                     "reaches optim.lr=%g", cfg.optim.warmup_steps, cfg.train.steps, cfg.optim.lr)
     ddp = distributed.init(device.type)
+    if ddp.enabled and cfg.optim.name == "muon":  # torch's Muon would orthogonalise each rank's shard alone
+        raise ConfigError("optim=muon runs on one process only; launch it without torchrun (or use optim=adamw)")
     if device.type == "cuda" and ddp.enabled:  # one GPU per rank
         device = torch.device("cuda", ddp.local_rank)
         torch.cuda.set_device(device)
@@ -254,7 +253,7 @@ def _loop(learner: Learner, run: RunState, logger, stop: StopRequest, trunk: Tru
     first = True
     while not run.done() and not stop.requested:
         lr = lr_for(cfg.optim, run.step, cfg.train.steps)
-        loss, grad_norm = train_step(t, lr, cfg.optim.grad_clip)
+        loss, grad_norm, z_loss = train_step(t, lr, cfg.optim.grad_clip)
         run.stepped(loss)
         bar.update()
         if first:  # a process's first step (compiling it, when compiled) is warm-up, not throughput
@@ -268,6 +267,8 @@ def _loop(learner: Learner, run: RunState, logger, stop: StopRequest, trunk: Tru
             train_loss = run.mean_train_loss()
             now = time.perf_counter()
             values = {"train_loss": train_loss, "lr": lr, "grad_norm": grad_norm.item()}
+            if cfg.train.z_loss:  # train_loss stays the cross-entropy, comparable with val_loss
+                values["z_loss"] = z_loss.item()
             if timed:
                 values["tokens_per_s"] = run.timed(timed, now - t_last)
                 bar.set_postfix(loss=f"{train_loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{values['tokens_per_s']:,.0f}")

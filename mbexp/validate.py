@@ -10,7 +10,20 @@ from typing import Any
 from mbexp import names
 from mbexp.corpus import CORPORA
 from mbexp.logger import WANDB_MODES
-from mbexp.names import FFNS, GELU_FFNS, GELUS, HIDDEN_RULES, INITS, NORMS, PARAMS, PLACEMENTS, POSITIONS, QK_NORMS
+from mbexp.names import (
+    ADJUST_LR_FNS,
+    FFNS,
+    GELU_FFNS,
+    GELUS,
+    HIDDEN_RULES,
+    INITS,
+    NORMS,
+    OPTIMIZERS,
+    PARAMS,
+    PLACEMENTS,
+    POSITIONS,
+    QK_NORMS,
+)
 from mbexp.schedule import SCHEDULES, wsd_problem
 
 LOGGERS = ("wandb", "none")
@@ -109,6 +122,7 @@ def validate(cfg) -> object:
         ("model.init", cfg.model.init, INITS),
         ("ffn.gelu", cfg.ffn.gelu, GELUS),
         ("data.name", cfg.data.name, CORPORA),
+        ("optim.name", cfg.optim.name, OPTIMIZERS),
         ("optim.schedule", cfg.optim.schedule, SCHEDULES),
         ("logger.name", cfg.logger.name, LOGGERS),
         ("logger.mode", cfg.logger.mode, WANDB_MODES),
@@ -132,6 +146,7 @@ def validate(cfg) -> object:
         ("data.vocab_size", cfg.data.vocab_size, MIN_VOCAB),
         ("data.val_windows", cfg.data.val_windows, 1),
         ("data.min_frequency", cfg.data.min_frequency, 0),
+        ("train.z_loss", cfg.train.z_loss, 0),
         ("seed", cfg.seed, 0),
     ]:
         _at_least(key, value, low)
@@ -166,6 +181,7 @@ def _check_optim(cfg) -> None:
     for key, value in [("optim.warmup_steps", o.warmup_steps), ("optim.weight_decay", o.weight_decay),
                        ("optim.grad_clip", o.grad_clip)]:  # grad_clip 0: no clipping
         _at_least(key, value, 0)
+    _check_muon(o)
     if not 0 <= o.min_lr_ratio <= 1:
         raise ConfigError(f"optim.min_lr_ratio={o.min_lr_ratio} must lie between 0 and 1 (the schedule ends at "
                           "optim.lr * optim.min_lr_ratio)")
@@ -201,6 +217,19 @@ def _check_width_rules(cfg) -> None:
                           f"optim={cfg.optim.name}")
 
 
+def _check_muon(o) -> None:
+    """optim.adamw_lr and optim.adjust_lr_fn belong to optim=muon: set with adamw they would be ignored, yet hashed."""
+    if o.name != "muon":
+        for key in ("adamw_lr", "adjust_lr_fn"):
+            if getattr(o, key) is not None:
+                raise ConfigError(f"optim.{key}={getattr(o, key)} applies only to optim=muon; with optim={o.name} "
+                                  "leave it out (null)")
+        return
+    _choice("optim.adjust_lr_fn", o.adjust_lr_fn, ADJUST_LR_FNS)
+    if o.adamw_lr is not None:
+        _above("optim.adamw_lr", o.adamw_lr, 0, " (or null: the AdamW group trains at optim.lr)")
+
+
 def _check_model_options(cfg) -> None:
     """The model sizes and the model options that depend on one another (docs/model.md)."""
     m = cfg.model
@@ -226,6 +255,9 @@ def _check_model_options(cfg) -> None:
         raise ConfigError(f"ffn.gelu={cfg.ffn.gelu} applies only to ffn={' or ffn='.join(GELU_FFNS)}; "
                           f"with ffn={cfg.ffn.name} leave ffn.gelu=exact")
     _above("norm.eps", cfg.norm.eps, 0)
+    for key in ("logit_softcap", "attn_softcap"):  # null: off; 0 would divide by zero, a negative cap flips signs
+        if getattr(m, key) is not None:
+            _above(f"model.{key}", getattr(m, key), 0, "; choose a positive cap, or null for none")
     options = {key: getattr(cfg.norm, key) for key in names.NORM_DEFAULTS}
     if message := names.misapplied_norm_option(cfg.norm.name, options):
         raise ConfigError(message)

@@ -39,7 +39,7 @@ if __name__ == "__main__" and "--omp-child" not in sys.argv:
 from mbexp import Parser, speed
 from mbexp.bench.harness import ESTIMATE, ROOT, Bench, log
 from mbexp.bench.omp import omp_child, omp_policy
-from mbexp.bench.parts import matmul_peak, norm_micro, variants
+from mbexp.bench.parts import axes, matmul_peak, norm_micro, variants
 from mbexp.bench.precision import GLANCE_STEPS, precision_check, throughput
 from mbexp.bench.report import checks, device_slug, flops_per_token, machine_info, ratios, table, verdict
 from mbexp.bench.speed_bar import speed_bar
@@ -55,7 +55,7 @@ DEFAULTS = {
     "cuda": dict(steps=200, window=20, variant_steps=50, variant_window=10, sizes=(2048, 4096, 8192), inner=10),
 }
 # precision_auto before speed_bar: each writes the record (mbexp.speed) that the later sections' `auto` reads
-SECTIONS = ("peak", "precision_auto", "speed_bar", "throughput", "variants", "norm_micro", "omp")
+SECTIONS = ("peak", "precision_auto", "speed_bar", "throughput", "variants", "axes", "norm_micro", "omp")
 # `make bench`: what mbexp's defaults follow (precision=auto, compile=auto, the wait policy) and their ratios
 DECIDING = ("precision_auto", "speed_bar", "throughput", "omp")
 RESULT_KEY = {"peak": "peak_flops"}  # a section's key in the JSON, where it is not the section's name
@@ -137,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             "throughput": (f"bare train_step loop against mbexp's trainer, {' and '.join(bench.precisions)}",
                            lambda: throughput(bench)),
             "variants": ("FFN variants and norms (bare loop)", lambda: variants(bench)),
+            "axes": ("optim=muon vs adamw, attention soft-cap vs SDPA (bare loop)", lambda: axes(bench)),
             "norm_micro": ("the norms alone", lambda: norm_micro(bench)),
             "precision_auto": (f"fp32 against bf16 autocast, trainer, {args.val_steps} steps" if native_bf16 else
                                f"fp32 against bf16 autocast without native bf16, bare loop, {GLANCE_STEPS} steps",

@@ -7,13 +7,14 @@ from mbexp.config import CONF_DIR, ConfigError, compose_config, to_object
 from mbexp.model import PLACEMENTS
 from mbexp.model.ffn import FFNS, HIDDEN_RULES
 from mbexp.model.norms import NORMS
+from mbexp.names import OPTIMIZERS
 
 GROUP_OPTIONS = {
     "norm": list(NORMS), "placement": list(PLACEMENTS), "ffn": list(FFNS), "hidden": list(HIDDEN_RULES),
     "model": ["tiny", "small", "base", *(f"ladder{d}" for d in (64, 96, 128, 160, 192, 256, 384, 512, 640)),
               *(f"width{d}" for d in (64, 96, 128, 192, 256))],
     "data": ["bigtxt", "tinystories", "wikitext2", "wikitext103", "text"],
-    "optim": ["adamw"], "logger": ["wandb", "none"],
+    "optim": list(OPTIMIZERS), "logger": ["wandb", "none"],
 }
 
 
@@ -125,6 +126,15 @@ def test_defaults():
     (["model.param=mup", "model.base_d_model=64", "model.init=fan_in"], ["model.init=fan_in", "model.param=mup"]),
     (["model.param=mup", "model.base_d_model=64", "optim.name=muon"], ["model.param=mup", "optim=adamw",
                                                                         "optim=muon"]),
+    (["optim=lion"], ["optim", "adamw", "muon"]),
+    (["optim.name=lion"], ["optim.name", "adamw", "muon"]),
+    (["optim=muon", "optim.adjust_lr_fn=spectral"], ["optim.adjust_lr_fn", "original", "match_rms_adamw"]),
+    (["optim.adjust_lr_fn=original"], ["optim.adjust_lr_fn=original", "optim=muon"]),
+    (["optim.adamw_lr=0.001"], ["optim.adamw_lr=0.001", "optim=muon"]),
+    (["optim=muon", "optim.adamw_lr=0"], ["optim.adamw_lr=0.0", "> 0", "null"]),
+    (["train.z_loss=-1e-4"], ["train.z_loss", ">= 0"]),
+    (["model.logit_softcap=0"], ["model.logit_softcap=0.0", "positive", "null"]),
+    (["model.attn_softcap=-50"], ["model.attn_softcap=-50.0", "positive", "null"]),
 ])
 def test_bad_input_names_the_key_and_choices(args, must_say):
     with pytest.raises(ConfigError) as err:

@@ -263,3 +263,52 @@ def test_gemma_preset_matches_gemma3forcausallm_global_layers():
     assert compare(ref, output, gemma3_state(ref, 2, placement="output"), idx()) > 10 * TOL
     proj = mbexp_model(*preset, "model.qk_norm=proj")
     assert compare(ref, proj, gemma3_state(ref, 2, qk_norm="proj"), idx()) > 10 * TOL
+
+
+def gemma2_state(ref) -> dict:
+    """Gemma 2's names are Gemma 3's without QK-norm: its sandwich norms, (1 + w) gains, the sqrt(D) scale."""
+    sd, out = ref.state_dict(), {}
+    out["tok_emb.weight"] = out["head.weight"] = sd["model.embed_tokens.weight"]
+    out["emb_scale"] = torch.tensor(D ** 0.5)
+    norms = {"norm1": "input_layernorm", "norm1_out": "post_attention_layernorm",
+             "norm2": "pre_feedforward_layernorm", "norm2_out": "post_feedforward_layernorm"}
+    for i in range(L):
+        h, b = f"model.layers.{i}.", f"blocks.{i}."
+        a = h + "self_attn."
+        out[f"{b}attn.qkv.weight"] = torch.cat([rope_rows(sd[a + "q_proj.weight"], H),
+                                                rope_rows(sd[a + "k_proj.weight"], 2), sd[a + "v_proj.weight"]])
+        out[f"{b}attn.proj.weight"] = sd[a + "o_proj.weight"]
+        out[f"{b}ffn.w.weight"] = sd[h + "mlp.gate_proj.weight"]
+        out[f"{b}ffn.v.weight"] = sd[h + "mlp.up_proj.weight"]
+        out[f"{b}ffn.w2.weight"] = sd[h + "mlp.down_proj.weight"]
+        for dst, src in norms.items():
+            out[f"{b}{dst}.weight"] = 1 + sd[f"{h}{src}.weight"]
+    out["final_norm.weight"] = 1 + sd["model.norm.weight"]
+    return out
+
+
+def test_softcaps_match_gemma2forcausallm():
+    """Gemma 2's logit and attention soft-capping (model.logit_softcap, model.attn_softcap) on the gemma preset
+    without QK-norm and with RoPE base 10,000: every layer global (the window spans the sequence), scores scaled
+    by 1/sqrt(D/H) (query_pre_attn_scalar = head_dim). Caps small enough to bite on these logits."""
+    logit_cap, attn_cap = 5.0, 4.0
+    config = transformers.Gemma2Config(vocab_size=V, hidden_size=D, intermediate_size=4 * D, num_hidden_layers=L,
+                                       num_attention_heads=H, num_key_value_heads=2, head_dim=D // H,
+                                       query_pre_attn_scalar=D // H, sliding_window=T,
+                                       layer_types=["full_attention"] * L, rope_theta=10000.0,
+                                       max_position_embeddings=T, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                                       final_logit_softcapping=logit_cap, attn_logit_softcapping=attn_cap,
+                                       attn_implementation="eager")
+    ref = transformers.Gemma2ForCausalLM(config).eval()
+    redraw(ref, 4, gain=0.0)
+    far_from_uniform(ref, idx())
+    preset = ("+arch=gemma", "model.n_kv_heads=2", "model.qk_norm=none", "model.rope_base=10000",
+              f"model.logit_softcap={logit_cap}", f"model.attn_softcap={attn_cap}")
+    with torch.no_grad():
+        raw = ref.model(idx()).last_hidden_state @ ref.lm_head.weight.T
+    assert raw.abs().max() > 2 * logit_cap, "the logit cap bites"
+    state = gemma2_state(ref)
+    assert compare(ref, mbexp_model(*preset), state, idx()) < TOL
+    # negative controls: each cap off in turn
+    for off in ("model.logit_softcap=null", "model.attn_softcap=null"):
+        assert compare(ref, mbexp_model(*preset, off), state, idx()) > 10 * TOL, off

@@ -242,3 +242,67 @@ def test_residual_projections_start_scaled_by_the_depth():
     assert block.attn.proj.weight.std().item() == pytest.approx(0.02 / math.sqrt(16), rel=0.1)
     assert block.ffn.w2.weight.std().item() == pytest.approx(0.02 / math.sqrt(16), rel=0.1)
     assert model.tok_emb.weight.std().item() == pytest.approx(0.02, rel=0.1)
+
+
+def test_logit_softcap_is_cap_tanh_of_the_logits():
+    idx = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    plain = DecoderLM(spec()).eval()
+    capped = DecoderLM(spec(logit_softcap=0.05)).eval()  # below the logits' scale at init: the cap bites
+    capped.load_state_dict(plain.state_dict())
+    with torch.no_grad():
+        raw, capped_logits = plain(idx)[0], capped(idx)[0]
+    assert raw.abs().max() > 0.05
+    torch.testing.assert_close(capped_logits, 0.05 * torch.tanh(raw / 0.05))
+
+
+@pytest.mark.parametrize("n_kv_heads", [None, 2])
+def test_attn_softcap_caps_the_scores_before_the_causal_mask(n_kv_heads):
+    """The attention output against softmax(mask(cap tanh(q k^T / sqrt(hd) / cap))) v, written out per head."""
+    from mbexp.model.attention import CausalSelfAttention, apply_rope
+
+    torch.manual_seed(0)
+    cap, D, H, T = 0.5, 32, 4, 8
+    attn = CausalSelfAttention(D, H, T, rope=True, rope_base=10000.0, n_kv_heads=n_kv_heads, softcap=cap)
+    x = torch.randn(2, T, D)
+    kv = (n_kv_heads or H) * D // H
+    q, k, v = attn.qkv(x).split([D, kv, kv], dim=-1)
+    heads = lambda t: t.view(2, T, -1, D // H).transpose(1, 2)  # noqa: E731
+    q, k, v = apply_rope(heads(q), attn.cos, attn.sin), apply_rope(heads(k), attn.cos, attn.sin), heads(v)
+    outs = []
+    for h in range(H):
+        j = h * k.shape[1] // H  # the k/v head that query head h reads
+        scores = cap * torch.tanh(q[:, h] @ k[:, j].transpose(-1, -2) / math.sqrt(D // H) / cap)
+        scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        outs.append(scores.softmax(-1) @ v[:, j])
+    want = attn.proj(torch.stack(outs, 1).transpose(1, 2).reshape(2, T, D))
+    with torch.no_grad():
+        torch.testing.assert_close(attn(x), want)
+        attn.softcap = None  # SDPA without the cap: a different output
+        assert not torch.allclose(attn(x), want, atol=1e-3)
+
+
+def test_a_cap_far_above_the_scores_is_sdpa():
+    torch.manual_seed(0)
+    plain = DecoderLM(spec(n_kv_heads=1)).eval()
+    capped = DecoderLM(spec(n_kv_heads=1, attn_softcap=1e6)).eval()
+    capped.load_state_dict(plain.state_dict())
+    idx = torch.randint(0, 256, (2, 16))
+    with torch.no_grad():
+        torch.testing.assert_close(capped(idx)[0], plain(idx)[0], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("placement", ["pre", "deepnorm"])
+def test_zero_init_proj_starts_each_block_as_the_identity(placement):
+    torch.manual_seed(0)
+    model = DecoderLM(spec(zero_init_proj=True, placement=placement, norm="rms"))
+    for block in model.blocks:
+        assert not block.attn.proj.weight.any() and not block.ffn.w2.weight.any()
+        assert block.attn.qkv.weight.std() > 0 and block.ffn.w.weight.std() > 0
+    if placement == "pre":  # the residual stream passes untouched: logits = head(final_norm(embedding))
+        idx = torch.randint(0, 256, (2, 16))
+        with torch.no_grad():
+            want = model.head(model.final_norm(model.tok_emb(idx)))
+            torch.testing.assert_close(model(idx)[0], want)
+    default = DecoderLM(spec(placement=placement, norm="rms"))
+    assert default.blocks[0].attn.proj.weight.any() and default.blocks[0].ffn.w2.weight.any()

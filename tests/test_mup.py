@@ -145,11 +145,11 @@ def test_every_block_variant_trains_under_mup(option):
     """Each matrix of attention and the FFN gets its own LR scale, and a step keeps the loss finite."""
     model = DecoderLM(spec(128, "mup", **option))
     optimizer = make_optimizer(model, Config().optim, torch.device("cpu"))
-    scaled = {id(p) for g in optimizer.param_groups if "lr_scale" in g for p in g["params"]}
+    scaled = {id(p) for g in optimizer.param_groups if g["lr_scale"] != 1.0 for p in g["params"]}
     params = dict(model.named_parameters())
     assert scaled == {id(params[name]) for name in width_mults(model)}
     assert len(width_mults(model)) == model.spec.n_layers * (5 if model.spec.ffn in names.GATED else 4)
-    loss, _ = train_step(Learner(model, optimizer, OneBatch(), torch.device("cpu"), "fp32"), 3e-3, 1.0)
+    loss, _, _ = train_step(Learner(model, optimizer, OneBatch(), torch.device("cpu"), "fp32"), 3e-3, 1.0)
     assert torch.isfinite(loss) and torch.isfinite(model(OneBatch().batch[0])[0]).all()
 
 
@@ -165,7 +165,7 @@ def test_init_fan_in_scales_the_hidden_init_only():
     torch.testing.assert_close(params["tok_emb.weight"], plain["tok_emb.weight"], rtol=0, atol=0)
     assert fan_in.blocks[0].attn.scale is None and fan_in.readout_mult == 1.0
     groups = make_optimizer(fan_in, Config().optim, torch.device("cpu")).param_groups
-    assert all("lr_scale" not in g for g in groups)
+    assert all(g["lr_scale"] == 1.0 for g in groups)  # the init alone: every LR as SP's
 
 
 def test_width_presets_and_their_rows():

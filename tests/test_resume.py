@@ -41,11 +41,14 @@ def the_run_dir(tmp: Path, cache: Path, *extra: str) -> Path:
 
 
 @pytest.mark.slow
-def test_sigkill_then_same_command_resumes_to_identical_results(tmp_path, cache):
-    reference, ref_dir = None, the_run_dir(tmp_path / "ref", cache, *SLOW)
-    reference = train(compose_config(clean(overrides(tmp_path / "ref", cache, *SLOW))))
-    args = overrides(tmp_path / "killed", cache, *SLOW, logger="wandb")
-    directory = the_run_dir(tmp_path / "killed", cache, *SLOW)
+@pytest.mark.parametrize("extra", [[], ["optim=muon", "train.z_loss=1e-4"]], ids=["adamw", "muon"])
+def test_sigkill_then_same_command_resumes_to_identical_results(tmp_path, cache, extra):
+    """optim=muon: both optimisers' states (Muon's momentum, AdamW's moments) come back from the checkpoint."""
+    run = [*SLOW, *extra]
+    reference, ref_dir = None, the_run_dir(tmp_path / "ref", cache, *run)
+    reference = train(compose_config(clean(overrides(tmp_path / "ref", cache, *run))))
+    args = overrides(tmp_path / "killed", cache, *run, logger="wandb")
+    directory = the_run_dir(tmp_path / "killed", cache, *run)
     proc = popen_train(args)
     kill_when(proc, lambda: (directory / "checkpoint.prev.pt").exists())  # two checkpoints: step >= 20
     killed = json.loads((directory / "summary.json").read_text())

@@ -128,3 +128,23 @@ def test_the_identity_holds_the_resolved_precision():
     assert config_hash(fp32, without=("optim.warmup_steps",)) != config_hash(bf16, without=("optim.warmup_steps",))
     with pytest.raises(ValueError, match="precision=auto must be resolved"):
         config_hash(to_object(compose_config([])))
+
+
+@pytest.mark.parametrize(("overrides", "row"), [
+    (["optim=muon"], "layer-pre-relu-matched-muon"),
+    (["ffn=relu2", "optim=muon", "train.z_loss=1e-4", "model.logit_softcap=30", "model.attn_softcap=50",
+      "model.zero_init_proj=true"], "layer-pre-relu2-matched-muon-z0.0001-cap30-acap50-zproj"),
+    (["optim=muon", "optim.adamw_lr=0.001"], "layer-pre-relu-matched-muon-alr0.001"),
+])
+def test_row_names_show_the_optimiser_and_the_options_set(overrides, row):
+    assert row_name(cfg(*overrides)) == row
+
+
+def test_options_at_their_defaults_stay_out_of_the_identity_and_muon_records_its_lr_scaling():
+    base = identity(cfg())
+    for key in ("adamw_lr", "adjust_lr_fn"):
+        assert key not in base["optim"]
+    assert "z_loss" not in base["train"]
+    assert not {"logit_softcap", "attn_softcap", "zero_init_proj"} & set(base["model"])
+    assert identity(cfg("optim=muon"))["optim"]["adjust_lr_fn"] == "match_rms_adamw"
+    assert config_hash(cfg("optim=muon")) != config_hash(cfg("optim=muon", "optim.adjust_lr_fn=original"))

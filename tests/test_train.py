@@ -226,7 +226,8 @@ class Uniform(torch.nn.Module):
 def test_bits_per_byte_is_the_loss_in_bits_over_the_bytes_the_tokens_stand_for():
     """Vocabulary 8 at 3 bits a token, 16 tokens of 2 bytes each: 1.5 bits per byte, log-ppl ln 8 nats."""
     y = torch.tensor([[0, 1, 2, 3, 4, 5, 6, 7]] * 2)
-    batches = SimpleNamespace(val_batches=lambda size, split: iter([(y, y)]), bytes_per_token=np.full(8, 2))
+    batches = SimpleNamespace(val_batches=lambda size, split, whole=False: iter([(y, y)]),
+                              bytes_per_token=np.full(8, 2))
     loss, bpb = evaluate(Uniform(8), batches, torch.device("cpu"), "fp32", batch_size=2)
     assert loss == pytest.approx(math.log(8)) and bpb == pytest.approx(1.5)
 
@@ -234,10 +235,23 @@ def test_bits_per_byte_is_the_loss_in_bits_over_the_bytes_the_tokens_stand_for()
 def test_weight_decay_falls_on_matrices_and_embeddings_never_on_norm_gains_or_biases():
     cfg = to_object(compose_config(["model.d_model=32", "model.n_layers=2", "model.bias=true", "norm.bias=true"]))
     model = DecoderLM(model_spec(cfg, 64))
-    optim = SimpleNamespace(lr=1e-3, betas=[0.9, 0.95], weight_decay=0.1)
+    optim = SimpleNamespace(name="adamw", lr=1e-3, betas=[0.9, 0.95], weight_decay=0.1)
     decay = {id(p): g["weight_decay"] for g in make_optimizer(model, optim, torch.device("cpu")).param_groups
              for p in g["params"]}
     named = dict(model.named_parameters())
     exempt = {n for n in named if n.endswith(".bias") or "norm" in n}
     assert any(n.endswith("norm1.bias") for n in exempt) and any(n.endswith("qkv.bias") for n in exempt)
     assert {n: decay[id(p)] for n, p in named.items()} == {n: 0.0 if n in exempt else 0.1 for n in named}
+
+
+def test_z_loss_is_logged_apart_and_train_loss_stays_the_cross_entropy(tmp_path, cache):
+    """At the first log line log Z is still near ln(vocab): the logged z term is z * log^2 Z, and only there."""
+    _, plain = run(tmp_path / "a", cache, "device=cpu")
+    _, with_z = run(tmp_path / "b", cache, "device=cpu", "train.z_loss=1e-3")
+    trains = [r for r in metrics(with_z) if "train_loss" in r]
+    assert all("z_loss" not in r for r in metrics(plain))
+    assert 0.5 < trains[0]["z_loss"] / (1e-3 * math.log(512) ** 2) < 2
+    assert all(r["z_loss"] > 0 for r in trains)
+    # the cross-entropy alone: within z_loss of the run without it at the first log line, not above it by z_loss
+    first_plain = next(r for r in metrics(plain) if "train_loss" in r)
+    assert abs(trains[0]["train_loss"] - first_plain["train_loss"]) < trains[0]["z_loss"] / 2

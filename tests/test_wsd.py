@@ -90,16 +90,18 @@ def assert_same_run(branch_dir, reference_dir, reference):
     assert strip[0] == strip[1]
 
 
-def test_the_branches_of_one_wsd_run_equal_standalone_runs_bit_for_bit(tmp_path, cache, caplog):
+@pytest.mark.parametrize("extra", [[], ["optim=muon"]], ids=["adamw", "muon"])
+def test_the_branches_of_one_wsd_run_equal_standalone_runs_bit_for_bit(tmp_path, cache, caplog, extra):
     # budget 16: early step 2 and cool-down start 13 fall between the trunk's evaluations and log lines
     caplog.set_level("INFO", logger="mbexp")
-    trunk = train(compose_config(clean(overrides(tmp_path / "branched", cache, *WSD, "train.budgets=[16,40]"))))
+    trunk = train(compose_config(clean(overrides(tmp_path / "branched", cache, *WSD, "train.budgets=[16,40]",
+                                                 *extra))))
     assert trunk["steps"] == 40 and trunk["status"] == "completed"
     assert "from step 13" in caplog.text, "budget 16 ran only its cool-down, from the trunk's checkpoint"
     assert len(list((tmp_path / "branched").rglob("summary.json"))) == 2
     for budget in (16, 40):
-        reference, ref_dir = standalone(tmp_path / "alone", cache, budget)
-        _, branch_dir = standalone(tmp_path / "branched", cache, budget)  # a rerun: skipped, finished
+        reference, ref_dir = standalone(tmp_path / "alone", cache, budget, *extra)
+        _, branch_dir = standalone(tmp_path / "branched", cache, budget, *extra)  # a rerun: skipped, finished
         assert_same_run(branch_dir, ref_dir, reference)
 
 

@@ -58,7 +58,7 @@ class BareLoop:
         t_last = time.perf_counter()
         for i in range(steps):
             lr = lr_for(o, self.step, total)
-            loss, _ = train_step(self.learner, lr, o.grad_clip)
+            loss, *_ = train_step(self.learner, lr, o.grad_clip)
             self.step += 1
             if (i + 1) % window == 0:
                 loss.item()  # waits for the step, as the trainer's one host sync per log interval does

@@ -1,4 +1,5 @@
-"""The model's parts timed: the matmul peak per precision, the step of each FFN variant and norm, the norms alone."""
+"""The model's parts timed: the matmul peak per precision, the step of each FFN variant and norm, the norms alone,
+Muon and the attention soft-cap against what they replace."""
 import statistics
 import time
 
@@ -33,10 +34,10 @@ def matmul_peak(device: torch.device, sizes: tuple[int, ...], inner: int, reps: 
             for p in PRECISIONS}
 
 
-def variants(bench: Bench) -> dict:
-    """Step time of each FFN variant (LayerNorm) and of RMSNorm (ReLU FFN), bare loop at precision=auto."""
+def step_times(bench: Bench, names: dict[str, tuple[str, ...]]) -> dict[str, tuple[BareLoop, list[float]]]:
+    """Each named override set's bare loop at precision=auto and its ms per step; the loops alternate in every
+    round (the order reversed every other round), so a load that comes and goes weighs on each alike."""
     args = bench.args
-    names = {f"ffn={f}": ("norm=layer", f"ffn={f}") for f in FFNS} | {"norm=rms": ("norm=rms", "ffn=relu")}
     loops = {}
     for name, overrides in names.items():
         loops[name] = BareLoop(bench.cfg(*overrides), bench.data, bench.device, bench.auto)
@@ -47,11 +48,33 @@ def variants(bench: Bench) -> dict:
         for name in list(loops)[:: 1 if r % 2 == 0 else -1]:
             rates = loops[name].train(args.variant_steps, window=args.variant_window)
             step_ms[name] += [1000 * tokens / rate for rate in rates]
-    out = {}
-    for name, loop in loops.items():
-        ms = step_ms[name]
-        out[name] = {"step_ms_best": min(ms), "step_ms_median": statistics.median(ms), "all": ms,
-                     "d_ff": loop.model.spec.d_ff, "params": param_counts(loop.model)["total"]}
+    return {name: (loops[name], step_ms[name]) for name in names}
+
+
+def variants(bench: Bench) -> dict:
+    """Step time of each FFN variant (LayerNorm) and of RMSNorm (ReLU FFN), bare loop at precision=auto."""
+    names = {f"ffn={f}": ("norm=layer", f"ffn={f}") for f in FFNS} | {"norm=rms": ("norm=rms", "ffn=relu")}
+    return {name: {"step_ms_best": min(ms), "step_ms_median": statistics.median(ms), "all": ms,
+                   "d_ff": loop.model.spec.d_ff, "params": param_counts(loop.model)["total"]}
+            for name, (loop, ms) in step_times(bench, names).items()}
+
+
+# each ratio's two override sets, measured side by side: the new option over what it replaces
+AXES_RATIOS = {"muon_over_adamw": (("optim=muon",), ()),
+               "attn_softcap_over_sdpa": (("model.attn_softcap=50",), ())}
+
+
+def axes(bench: Bench) -> dict:
+    """Step time of optim=muon against adamw and of soft-capped attention against SDPA, and their ratios (best
+    and median ms per step), every loop alternating with the others."""
+    names = {" ".join(o) or "default": o for pair in AXES_RATIOS.values() for o in pair}
+    times = {name: ms for name, (_, ms) in step_times(bench, names).items()}
+    out = {name: {"step_ms_best": min(ms), "step_ms_median": statistics.median(ms), "all": ms}
+           for name, ms in times.items()}
+    for ratio, (new, old) in AXES_RATIOS.items():
+        a, b = out[" ".join(new) or "default"], out[" ".join(old) or "default"]
+        out[ratio] = {"best": a["step_ms_best"] / b["step_ms_best"],
+                      "median": a["step_ms_median"] / b["step_ms_median"]}
     return out
 
 

@@ -165,6 +165,10 @@ def table(res: dict) -> str:
                          f"{rms / ref:.3f}); the norm alone, fwd+bwd on ({cfg['batch_size']}, {cfg['seq_len']}, "
                          f"d_model): {nm['layer']['us_best']:.0f} vs {nm['rms']['us_best']:.0f} us "
                          f"(rms/layer {nm['rms']['us_best'] / nm['layer']['us_best']:.2f})")
+    if ax := res.get("axes"):
+        lines += ["", "per-step cost, bare loop, side by side: new / what it replaces (best, median)"]
+        for ratio in ("muon_over_adamw", "attn_softcap_over_sdpa"):
+            lines.append(f"{ratio:<24}{ax[ratio]['best']:>8.3f}x{ax[ratio]['median']:>8.3f}x")
     if om := res.get("omp"):
         lines += omp_lines(om)
     lines += ["", *(f"{'PASS' if ok else 'FAIL'}  {name}" for name, ok in res["checks"].items())]

@@ -1,4 +1,5 @@
-"""Causal self-attention through SDPA: multi-head or grouped-query, rotary positions, optional QK-norm."""
+"""Causal self-attention through SDPA, or explicit scores when they are soft-capped: multi-head or grouped-query,
+rotary positions, optional QK-norm."""
 
 from collections.abc import Callable
 
@@ -21,14 +22,33 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
 
 
+def softcap(x: torch.Tensor, cap: float) -> torch.Tensor:
+    """cap * tanh(x / cap): x where |x| << cap, never beyond ±cap (Gemma 2's logit and attention soft-capping)."""
+    return cap * torch.tanh(x / cap)
+
+
+def capped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cap: float,
+                     scale: float | None = None) -> torch.Tensor:
+    """Causal attention with scores q·k·scale (None: 1/sqrt(hd)) soft-capped before the mask and softmax; SDPA
+    cannot cap them."""
+    T, group = q.shape[-2], q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # k/v head j serves j*g ... j*g+g-1
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    scores = softcap(q @ k.transpose(-2, -1) * scale, cap)  # (B, H, T, T)
+    future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
+    return scores.masked_fill(future, float("-inf")).softmax(-1).to(v.dtype) @ v  # (B, H, T, hd)
+
+
 class CausalSelfAttention(nn.Module):
     """qkv holds [q (n_heads heads) | k (n_kv_heads) | v (n_kv_heads)]; each k/v head serves n_heads / n_kv_heads
     query heads (GQA). qk_norm normalises q and k before RoPE, over each head ("head") or the whole
-    projection ("proj"), with the norm `make_norm(dim)` builds. `scale` multiplies q·k (None: 1/sqrt(head_dim))."""
+    projection ("proj"), with the norm `make_norm(dim)` builds. `scale` multiplies q·k (None: 1/sqrt(head_dim));
+    softcap: cap the scores (capped_attention)."""
 
     def __init__(self, d_model: int, n_heads: int, seq_len: int, *, rope: bool, rope_base: float,
                  n_kv_heads: int | None = None, bias: bool = False, qk_norm: str = "none",
-                 make_norm: Callable[[int], nn.Module] | None = None, scale: float | None = None):
+                 make_norm: Callable[[int], nn.Module] | None = None, scale: float | None = None,
+                 softcap: float | None = None):
         super().__init__()
         n_kv_heads = n_kv_heads or n_heads
         if d_model % n_heads:
@@ -39,8 +59,7 @@ class CausalSelfAttention(nn.Module):
         q_dim, kv_dim = d_model, n_kv_heads * self.head_dim
         self.qkv = nn.Linear(d_model, q_dim + 2 * kv_dim, bias=bias)
         self.proj = nn.Linear(d_model, d_model, bias=bias)
-        self.qk_norm = qk_norm
-        self.scale = scale
+        self.qk_norm, self.scale, self.softcap = qk_norm, scale, softcap
         if qk_norm != "none":
             q_norm_dim, k_norm_dim = (self.head_dim, self.head_dim) if qk_norm == "head" else (q_dim, kv_dim)
             self.q_norm, self.k_norm = make_norm(q_norm_dim), make_norm(k_norm_dim)
@@ -69,7 +88,10 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
         q, k, v = self.heads(x)
-        gqa = self.n_kv_heads != self.n_heads
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale,
-                                           enable_gqa=gqa)  # (B, H, T, hd)
+        if self.softcap:
+            y = capped_attention(q, k, v, self.softcap, self.scale)
+        else:
+            gqa = self.n_kv_heads != self.n_heads
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale,
+                                               enable_gqa=gqa)  # (B, H, T, hd)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))

@@ -9,7 +9,7 @@ from torch.nn import functional as F
 
 from mbexp import names
 from mbexp.model import mup
-from mbexp.model.attention import CausalSelfAttention
+from mbexp.model.attention import CausalSelfAttention, softcap
 from mbexp.model.ffn import FFN, ffn_hidden_dim
 from mbexp.model.norms import build_norm
 
@@ -37,6 +37,9 @@ class ModelSpec:
     bias: bool  # biases in every attention and FFN Linear (GPT-2, the original Transformer)
     qk_norm: str  # none | head | proj: normalise q and k before RoPE
     emb_scale: bool  # token embedding ~ N(0, 1/D), times a learnable scalar initialised to sqrt(D)
+    logit_softcap: float | None  # cap * tanh(logits / cap) on the head's logits; None: off
+    attn_softcap: float | None  # the same on attention scores, before the mask (explicit scores, not SDPA)
+    zero_init_proj: bool  # attn.proj and ffn.w2 start at 0
     norm: str
     norm_eps: float
     norm_bias: bool
@@ -94,7 +97,7 @@ class Block(nn.Module):
         self.attn = CausalSelfAttention(spec.d_model, spec.n_heads, spec.seq_len, rope=spec.pos == "rope",
                                         rope_base=spec.rope_base, n_kv_heads=spec.n_kv_heads, bias=spec.bias,
                                         qk_norm=spec.qk_norm, make_norm=spec.make_norm,
-                                        scale=mup.attention_scale(spec))
+                                        scale=mup.attention_scale(spec), softcap=spec.attn_softcap)
         self.ffn = FFN(spec.ffn, spec.d_model, spec.d_ff, bias=spec.bias, gelu=spec.ffn_gelu)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D) -> (B, T, D)
@@ -123,8 +126,9 @@ class DecoderLM(nn.Module):
     Initialisation (GPT-2): every Linear and Embedding weight ~ N(0, 0.02), the two
     residual-branch output projections (attn.proj, ffn.w2) ~ N(0, 0.02 / sqrt(2 L)) so the
     residual stream's variance does not grow with depth; norm gains 1, biases 0. DeepNorm
-    instead uses its paper's init (deepnorm_init_); model.emb_scale draws the embedding from N(0, 1/D).
-    model.param=mup and model.init=fan_in rescale the hidden matrices, μP also the head's input (mup.py).
+    instead uses its paper's init (deepnorm_init_); model.emb_scale draws the embedding from N(0, 1/D);
+    model.zero_init_proj starts the two output projections at 0 (after either init). model.param=mup and
+    model.init=fan_in rescale the hidden matrices, μP also the head's input (mup.py).
     """
 
     def __init__(self, spec: ModelSpec):
@@ -147,6 +151,9 @@ class DecoderLM(nn.Module):
             else:
                 for proj in (block.attn.proj, block.ffn.w2):
                     nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * spec.n_layers))
+            if spec.zero_init_proj:  # each block starts as the identity map
+                for proj in (block.attn.proj, block.ffn.w2):
+                    nn.init.zeros_(proj.weight)
         if spec.emb_scale:  # the scaled embedding starts at unit RMS, the scale a normalised stream has
             nn.init.normal_(self.tok_emb.weight, std=spec.d_model ** -0.5)
         mup.scale_init_(self)
@@ -177,6 +184,8 @@ class DecoderLM(nn.Module):
         if self.spec.param == "mup":  # MuReadout: the head sees h / m
             x = x / self.readout_mult
         logits = self.head(x)  # (B, T, V)
+        if self.spec.logit_softcap:
+            logits = softcap(logits, self.spec.logit_softcap)
         if targets is None:
             return logits, None
         loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())

@@ -10,13 +10,19 @@ ADDED_LATER = {"data.test_fraction": 0.0, "model.n_kv_heads": None, "model.bias"
                "norm.alpha_init": 0.5, "ffn.gelu": "exact", "model.emb_scale": False, "model.rope_base": 10000.0,
                "data.fingerprint": None,  # None: bigtxt, pinned by its checksum; text and hub corpora hash content
                "optim.cooldown_fraction": 0.2, "optim.cooldown_shape": "linear", "train.final_eval": "windows",
-               "model.param": "sp", "model.init": "gpt2", "model.base_d_model": None}
+               "model.param": "sp", "model.init": "gpt2", "model.base_d_model": None, "optim.adamw_lr": None,
+               "optim.adjust_lr_fn": None, "train.z_loss": 0.0, "model.logit_softcap": None,
+               "model.attn_softcap": None, "model.zero_init_proj": False}
 # Rows of this model preset predate the preset tag in row names (-ladder96): their names carry none.
 UNTAGGED_PRESET = "tiny"
-# The model options added later, as they read in a row name when set away from their ADDED_LATER value.
+# The options added later, as they read in a row name when set away from their ADDED_LATER value.
 ROW_TAGS = {"model.n_kv_heads": "kv{}", "model.bias": "bias", "model.qk_norm": "qk{}", "ffn.gelu": "gelu{}",
             "norm.alpha_init": "a{}", "model.emb_scale": "embscale", "model.rope_base": "rope{:.0f}",
-            "model.param": "{}", "model.init": "init{}", "model.base_d_model": "base{}"}
+            "model.param": "{}", "model.init": "init{}", "model.base_d_model": "base{}",
+            "train.z_loss": "z{:g}", "model.logit_softcap": "cap{:g}", "model.attn_softcap": "acap{:g}",
+            "model.zero_init_proj": "zproj", "optim.adamw_lr": "alr{:g}"}
+# The optimiser every row before optim=muon trained with: its rows' names carry no optimiser tag.
+UNTAGGED_OPTIMIZER = "adamw"
 # A key that stopped deciding the numbers is hashed at the one value every old run had.
 HASHED_AS = {"compile": False}  # compiling changes speed, not what is computed
 # The identity holds the resolved precision; schema-1 runs hashed `auto`, which resolved to bf16 for every one.
@@ -34,7 +40,7 @@ def pop_key(d: dict, key: str):
     """Remove the dotted `key` from the nested dict `d`."""
     *parents, leaf = key.split(".")
     for part in parents:
-        d = d[part]
+        d = d.get(part, {})
     return d.pop(leaf, None)
 
 
@@ -50,9 +56,11 @@ def flat(d: dict, prefix: str = "") -> dict:
 
 
 def row_tags(values: dict) -> list[str]:
-    """What a row name adds to its four block axes (flat config `values`): the ROW_TAGS away from their old value,
-    sinusoidal positions (rope and learned rows predate the tags), a model preset other than UNTAGGED_PRESET."""
-    tags = [tag.format(values[key]) for key, tag in ROW_TAGS.items() if values[key] != ADDED_LATER[key]]
+    """What a row name adds to its four block axes (flat config `values`): an optimiser other than
+    UNTAGGED_OPTIMIZER, the ROW_TAGS away from their old value, sinusoidal positions (rope and learned rows predate
+    the tags), a model preset other than UNTAGGED_PRESET."""
+    tags = [values["optim.name"]] if values["optim.name"] != UNTAGGED_OPTIMIZER else []
+    tags += [tag.format(values[key]) for key, tag in ROW_TAGS.items() if values[key] != ADDED_LATER[key]]
     if values["model.pos"] == "sinusoidal":
         tags.append("sinusoidal")
     if values["model.name"] != UNTAGGED_PRESET:  # a size preset (model=small, model=ladder96) names its row
