@@ -138,6 +138,22 @@ def _near(raw: bytes, offset: int) -> str:
     return f" (claim {ids[-1].decode('latin-1')})" if ids else ""
 
 
+def parse_yaml(text: str, where: str):
+    """`text` read as yaml.safe_load reads it, but with its aliases refused (ClaimsError): nested aliases expand
+    exponentially (a "billion laughs" file) and would hang whatever walks the result."""
+    import yaml
+
+    class NoAliases(yaml.SafeLoader):
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                alias = self.peek_event()
+                raise ClaimsError(f"{where}: line {alias.start_mark.line + 1} uses the YAML alias *{alias.anchor}; "
+                                  "aliases are refused here: write each value out")
+            return super().compose_node(parent, index)
+
+    return yaml.load(text, Loader=NoAliases)
+
+
 def read_file(path: Path):
     """The claims file's YAML; ClaimsError names the file (and the claim near a bad byte or a syntax error)."""
     import yaml
@@ -153,7 +169,7 @@ def read_file(path: Path):
         raise ClaimsError(f"claims file {path}: byte 0x{raw[err.start]:02x} on line {line}{_near(raw, err.start)} "
                           "is not UTF-8; save the file as UTF-8") from None
     try:
-        return yaml.safe_load(text)
+        return parse_yaml(text, f"claims file {path}")
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         at = len("\n".join(text.splitlines()[:mark.line + 1]).encode()) if mark else 0
@@ -221,6 +237,24 @@ class Study:
         return [f"{key}={value}" for key, value in zip(self.rows, values)]
 
 
+def _yaml_text_number(values) -> str:
+    """': YAML reads 1e-3 as text ...' for the first of `values` that is a number PyYAML read as text (YAML 1.1
+    needs a dot in the mantissa and a sign in the exponent: 1.0e-3, 1.0e+2), else ''."""
+    for value in values if isinstance(values, list) else []:
+        mantissa, e, power = str(value).lower().partition("e") if isinstance(value, str) else ("", "", "")
+        if e and finite_number(_float(value)):
+            spelled = f"{mantissa if '.' in mantissa else mantissa + '.0'}e{'' if power[:1] in '+-' else '+'}{power}"
+            return f": YAML reads {value} as text, not a number; write {spelled}"
+    return ""
+
+
+def _float(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
 def parse_study(name: str, spec, where: str, studies: dict | None = None) -> Study:
     """A `studies:` entry (as parse_studies resolved it) as a Study; ClaimsError names the file, the study and the
     key on a bad entry."""
@@ -236,7 +270,8 @@ def parse_study(name: str, spec, where: str, studies: dict | None = None) -> Stu
     _check_rows(rows, here)
     if not isinstance(grid, list) or len(grid) < 2 or not all(finite_number(v) and v > 0 for v in grid) \
             or len({float(v) for v in grid}) < len(grid):
-        raise ClaimsError(f"{here}: lr_grid must list at least two positive learning rates, each once, got {grid!r}")
+        raise ClaimsError(f"{here}: lr_grid must list at least two positive learning rates, each once, got {grid!r}"
+                          f"{_yaml_text_number(grid)}")
     if not int_list(budgets) or not valid_budgets(budgets):
         raise ClaimsError(f"{here}: budgets must be {BUDGETS_RULE}, got {budgets!r}")
     for key in ("scan_seeds", "seeds"):

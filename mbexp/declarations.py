@@ -19,6 +19,7 @@ from mbexp.claims_file import (
     claims_path,
     finite_number,
     parse_studies,
+    parse_yaml,
     read_file,
     seed_list,
 )
@@ -99,9 +100,7 @@ def load_claims(path) -> list[Claim]:
 
 def load_claims_text(text: str, where: str = "claims text") -> list[Claim]:
     """The claims of a YAML text (docs/table.md's worked example)."""
-    import yaml
-
-    return parse_claims(yaml.safe_load(text), where)
+    return parse_claims(parse_yaml(text, where), where)
 
 
 def parse_claims(data, where: str, configs=experiment_config) -> list[Claim]:

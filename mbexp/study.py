@@ -4,12 +4,14 @@ LR of its grid on the scan seeds, each row's LR is chosen on validation, then th
 
 import argparse
 import contextlib
+import ctypes
 import math
 import os
 import shlex
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from mbexp.run.migrate import identity_values
 from mbexp.run.summary import lr_problem
 
 MIN_SCAN_SEEDS = 2  # fewer: a row's LR choice cannot be told from seed noise (the scan table's `gap (noise)`)
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class StudyError(ValueError):
@@ -152,9 +155,25 @@ def choose(study: Study, results_dir) -> dict:
     return choices
 
 
+def _with_study() -> Callable[[], None] | None:
+    """A preexec_fn by which the sweep gets a SIGTERM when the study dies, of a SIGKILL too, and so stops at a
+    checkpoint instead of training on unseen (Linux's PR_SET_PDEATHSIG; None elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl, study = ctypes.CDLL(None, use_errno=True).prctl, os.getpid()  # looked up before the fork
+
+    def set_up() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != study:  # the study died before the line above: no signal will come
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return set_up
+
+
 def _run(argv: list[str], rerun: str) -> None:
     """One sweep in its own process group, waited for through a Ctrl-C or a SIGTERM, which the study passes on to
-    that whole group (its joblib workers too): the runs stop at a checkpoint and say so (exit 130)."""
+    that whole group (its joblib workers too): the runs stop at a checkpoint and say so (exit 130). A study
+    killed outright takes its sweep down the same way (_with_study)."""
     print("$", shlex.join(["python", *argv[1:]]), flush=True)
     interrupted, sweep = [], None
 
@@ -170,7 +189,8 @@ def _run(argv: list[str], rerun: str) -> None:
     previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         # its Ctrl-C line names the study; its own group, so that each signal reaches it once, from here
-        sweep = subprocess.Popen(argv, env=os.environ | {RERUN_ENV: rerun}, process_group=0)
+        sweep = subprocess.Popen(argv, env=os.environ | {RERUN_ENV: rerun}, process_group=0,
+                                 preexec_fn=_with_study())
         for signum in interrupted:  # a signal before the sweep existed
             forward(signum)
         code = sweep.wait()

@@ -99,12 +99,6 @@ def unfinished_line(runs, results: Path) -> str:
             f"command: {'; '.join(named)}")
 
 
-def experiments(results: Path) -> list[str]:
-    """The experiments under results/runs: one folder each."""
-    runs = results / "runs"
-    return sorted(p.name for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else []
-
-
 def read_for(results: Path, only: str | None) -> list[str] | None:
     """The experiments whose runs are read: all (None), or `only` and the scans its declared studies read."""
     from mbexp.claims_file import load_studies
@@ -171,15 +165,23 @@ def _main(argv: list[str] | None) -> int:
 def _tables(args) -> int:
     from mbexp.analysis import claims, files, outputs, provenance, render, report, studies, table
     from mbexp.analysis.collect import collect_runs, log
+    from mbexp.declarations import check
+    from mbexp.run.identity import experiments_in, linked_outside
 
     skipped = _Counter()
     log.addHandler(skipped)
     try:
-        if args.only and args.only not in (found := experiments(args.results)):
+        check(args.results)  # every mode refuses a bad claims file, as the trainer does
+        found = experiments_in(args.results)
+        if args.only and args.only not in found:
             print(f"error: --only {args.only}: no such experiment under {args.results / 'runs'}; experiments: "
                   f"{', '.join(found) or 'none'}", file=sys.stderr)
             return 2
-        runs = collect_runs(args.results, strict=args.strict, experiments=read_for(args.results, args.only))
+        read = read_for(args.results, args.only) or found
+        for link, target in linked_outside(args.results, read):  # read all the same: mbexp.train writes there
+            print(f"warning: {link} leads outside {args.results}, to {target}; its runs are read as if they were "
+                  "here", file=sys.stderr)
+        runs = collect_runs(args.results, strict=args.strict, experiments=read)
         if args.only:
             named = sorted(set(runs.loc[runs["path"].map(lambda p: Path(p).parts[-3] == args.only), "experiment"]))
             runs = runs[runs["experiment"] == args.only]

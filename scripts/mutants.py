@@ -6,9 +6,11 @@ that should catch it there (golden tests never among them), and print caught / m
 """
 
 import argparse
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+INTERRUPTED = 130  # the exit code of a stopped command, as mbexp.INTERRUPTED (the copy need not import mbexp)
 # tests/test_reference_results.py compares with committed outputs: stability, not correctness
 GOLDEN = "not regenerates and not what_make_report_writes and not reproduces_its_committed"
 COPY_IGNORE = (".git", ".venv", "__pycache__", ".pytest_cache", ".ruff_cache", "wandb", "data_cache", "*.egg-info",
@@ -247,13 +250,21 @@ def pytest_args(tests) -> list[str]:
 
 
 def run_tests(copy: Path, tests, timeout: int) -> tuple[int | None, str]:
-    """pytest's exit code (None: timed out) and its output, run in the copy with the copy first on the path."""
+    """pytest's exit code (None: timed out) and its output, run in the copy with the copy first on the path; in a
+    process group of its own, ended whole (the runs its tests start too) on a time-out or a stop."""
     env = {**os.environ, "PYTHONPATH": str(copy)}
-    try:
-        done = subprocess.run(pytest_args(tests), cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return None, ""
-    return done.returncode, done.stdout + done.stderr
+    with subprocess.Popen(pytest_args(tests), cwd=copy, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, process_group=0) as pytest:
+        try:
+            output, _ = pytest.communicate(timeout=timeout)
+        except BaseException as exc:  # a time-out, or Ctrl-C / SIGTERM (a KeyboardInterrupt)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pytest.pid, signal.SIGKILL)
+            pytest.wait()
+            if isinstance(exc, subprocess.TimeoutExpired):
+                return None, ""
+            raise
+    return pytest.returncode, output
 
 
 def first_failure(output: str) -> str:
@@ -291,8 +302,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the temporary copy of the repository")
     args = parser.parse_args(argv)
     mutants = MUTANTS
-    if args.only:
-        names = args.only.split(",")
+    if args.only is not None:
+        names = [name for name in args.only.split(",") if name]
+        if not names:
+            print(f"error: --only {args.only!r}: name at least one mutant (comma-separated); see --list",
+                  file=sys.stderr)
+            return 2
         unknown = sorted(set(names) - {m.name for m in MUTANTS})
         if unknown:
             print(f"error: --only {', '.join(unknown)}: no such mutant; see --list", file=sys.stderr)
@@ -302,16 +317,28 @@ def main(argv: list[str] | None = None) -> int:
         for m in mutants:
             print(f"{m.name:32} {m.path}: {m.old!r} -> {m.new!r}")
         return 0
+    signal.signal(signal.SIGTERM, _terminated)
     tmp = Path(tempfile.mkdtemp(prefix="mbexp-mutants-"))
     copy = tmp / "repo"
-    shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(*COPY_IGNORE), symlinks=True)
     try:
+        shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(*COPY_IGNORE), symlinks=True)
         return _run(mutants, copy, args)
+    except KeyboardInterrupt:
+        kept = f"kept at {copy}" if args.keep else "removed"
+        print(f"interrupted: the mutation check stopped; its copy of the repository is {kept}", file=sys.stderr)
+        return INTERRUPTED
     finally:
+        for stop in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not leave half a copy behind
+            signal.signal(stop, signal.SIG_IGN)
         if args.keep:
             print(f"copy kept at {copy}")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _terminated(signum, frame):
+    """SIGTERM stops the check as Ctrl-C does: its tests ended, its copy removed."""
+    raise KeyboardInterrupt
 
 
 def _run(mutants: list[Mutant], copy: Path, args) -> int:

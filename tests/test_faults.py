@@ -3,10 +3,12 @@
 Each case runs `python -m mbexp.train` as a user types it and checks the exit code, the one `error:`/`warning:`
 line on stderr, no traceback, and what is left under results/ (nothing, or the resumable run)."""
 
+import contextlib
 import errno
 import json
 import math
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -16,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny import REPO, clean, mbexp_train, metrics, overrides, summaries
+from tiny import REPO, children, clean, mbexp_train, metrics, overrides, summaries
 
 from mbexp import corpus, data
 from mbexp.analysis.collect import collect_runs
@@ -433,6 +435,8 @@ PREFLIGHT = [
      "hydra.launcher.n_jobs=2 sets an option of a launcher the command does not choose; add hydra/launcher=joblib"),
     ("n_jobs 0", ["-m", "seed=0,1", "hydra/launcher=joblib", "hydra.launcher.n_jobs=0"], {},
      "hydra.launcher.n_jobs=0 is not valid; give a positive number of jobs"),
+    ("n_jobs -2", ["-m", "seed=0,1", "hydra/launcher=joblib", "hydra.launcher.n_jobs=-2"], {},
+     "hydra.launcher.n_jobs=-2 is not valid; give a positive number of jobs (or -1: one per CPU)"),
     ("torchrun batch", ["train.batch_size=3"], {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"},
      "train.batch_size=3 does not divide among WORLD_SIZE=2 ranks"),
     ("slurm without SLURM", ["-m", "seed=0,1", "hydra/launcher=slurm"], {"PATH": str(Path(sys.executable).parent)},
@@ -763,3 +767,123 @@ def test_an_experiment_files_sweep_without_m_is_one_job_with_a_warning():
     assert check_multirun(["+experiment=quickstart", "ffn=relu", "placement=pre", "seed=0"]) is None  # a rerun's
     assert check_multirun(["--multirun", "+experiment=quickstart"]) is None
     assert check_multirun(["+experiment=smoke"]) is None
+
+
+# ---- probes: a link, an alias bomb, a bad claims file under --only, a killed mutation check, a random checkpoint ----
+@pytest.mark.parametrize("linked", ["experiment", "variant", "experiment inside"])
+def test_a_linked_experiment_or_variant_folder_is_read_by_every_make_table(tmp_path, linked):
+    from test_table import write_run
+
+    results = tmp_path / "results"
+    target = results / "archive" if linked == "experiment inside" else tmp_path / "elsewhere"
+    for seed in range(2):
+        write_run(results, seed=seed, experiment="other", curve=[7.0, 6.0])
+        write_run(target, seed=seed, experiment="quick", curve=[7.0, 6.0])
+    source = target / "runs" / "quick"
+    if linked == "variant":
+        (results / "runs" / "quick").mkdir()
+        (variant,) = source.iterdir()
+        link = results / "runs" / "quick" / variant.name
+        link.symlink_to(variant)
+    else:
+        link = results / "runs" / "quick"
+        link.symlink_to(source)
+    says = [] if linked == "experiment inside" else [
+        f"warning: {link} leads outside {results}, to {link.resolve()}; its runs are read as if they were here"]
+    for args in ([], ["--only", "quick"]):
+        done = make_table(results, "--no-wandb", *args)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "## quick" in done.stdout and flagged(done.stderr) == says, (args, done.stderr)
+        assert "(2) | baseline" in (results / "tables" / "quick.md").read_text()  # both seeds
+
+
+# billion laughs: nine aliases of nine aliases, ten levels deep, in a study's note
+BOMB = "{" + ", ".join(["l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]", *(
+    f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 10))]) + "}"
+
+
+@pytest.mark.parametrize("command", ["train", "study", "table"])
+def test_a_yaml_alias_bomb_in_the_claims_file_is_refused_in_one_line(tmp_path, cache, command):
+    from test_study import STUDY
+
+    results = tmp_path / "results"
+    results.mkdir()
+    path = results / "claims.yaml"
+    path.write_text(STUDY.format(cache=cache).replace("[8, 16]\n", f"[8, 16]\n    note: {BOMB}\n"))
+    argv = {"train": ["-m", "mbexp.train", *clean(overrides(tmp_path, cache, *SHORT))],
+            "study": ["-m", "mbexp.study", "tiny", "--results", str(results)],
+            "table": ["scripts/make_table.py", "--results", str(results), "--no-wandb"]}[command]
+    done = subprocess.run([sys.executable, *argv], cwd=REPO, capture_output=True, text=True, timeout=60,
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30)))
+    assert done.returncode == 2, done.stderr[-2000:]  # the bomb expanded: a MemoryError under this limit
+    assert flagged(done.stderr) == [f"error: claims file {path}: line 22 uses the YAML alias *l0; aliases "
+                                    "are refused here: write each value out"]
+    assert not (results / "runs").exists()
+
+
+def test_make_table_only_refuses_a_bad_claims_file_as_the_full_run_does(tmp_path):
+    from test_table import write_run
+
+    write_run(tmp_path, seed=0, experiment="quick", curve=[7.0, 6.0])
+    path = tmp_path / "claims.yaml"
+    path.write_text("margin: -1\nclaims:\n  - {id: a, claim: c, paper: p, experiment: quick, baseline: b, rows: [r], "
+                    "hypothesis: better, seeds: [0]}\n")
+    says = f"error: claims file {path}: margin must be a positive, finite number of nats, got -1"
+    for args in ([], ["--only", "quick"]):
+        done = make_table(tmp_path, "--no-wandb", *args)
+        assert done.returncode == 2 and done.stderr.splitlines() == [says], (args, done.stderr)
+        assert not (tmp_path / "tables").exists()
+
+
+def mutants(*args: str, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "scripts/mutants.py", *args], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "Ctrl-C"])
+def test_a_stopped_mutation_check_removes_its_copy_ends_its_tests_and_says_so(tmp_path, how):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = mutants("--only", "warmup_off_by_one", "--no-baseline", env={**os.environ, "TMPDIR": str(tmp)},
+                   start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not (tests := children(proc.pid)) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    try:
+        assert tests, "the mutant's pytest never started"
+        if how == "SIGTERM":
+            proc.send_signal(signal.SIGTERM)  # a kill reaches the script alone
+        else:
+            os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C reaches its whole process group
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130, err[-2000:]
+        assert err.splitlines() == ["interrupted: the mutation check stopped; its copy of the repository is removed"]
+        assert list(tmp.iterdir()) == []
+        assert not [pid for pid in tests if pid in children(proc.pid) or Path(f"/proc/{pid}/cmdline").exists()
+                    and b"pytest" in Path(f"/proc/{pid}/cmdline").read_bytes()], "its pytest still runs"
+    finally:  # never leave a test run behind
+        for pid in [proc.pid, *tests]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_an_empty_mutant_selection_is_refused_in_one_line():
+    proc = mutants("--only", "", "--list")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and out == ""
+    assert err.splitlines() == ["error: --only '': name at least one mutant (comma-separated); see --list"]
+
+
+def test_a_checkpoint_of_random_bytes_is_named_not_a_checkpoint(tmp_path, caplog):
+    import random
+
+    from mbexp.run import checkpoint
+
+    for seed in range(20):  # torch calls most such files a refused pickle, some a bad key or a short file
+        caplog.clear()
+        (tmp_path / checkpoint.LATEST).write_bytes(random.Random(seed).randbytes(4096))
+        with caplog.at_level("WARNING"):
+            assert checkpoint.load(tmp_path, config_hash="abc") is None
+        (line,) = [r.getMessage() for r in caplog.records]
+        assert "(unreadable: checkpoint.pt: not a checkpoint (corrupt or another kind of file" in line, line
+        assert "safe" not in line and "weights" not in line.lower(), line

@@ -1,15 +1,20 @@
 """A declared LR study end to end (docs/studies.md): scan, choice on validation, planned seeds, the table's chosen
 LR and edge flag, the own-LR condition, and the compute against the naive grid."""
 
+import contextlib
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
-from tiny import REPO, summaries
+from tiny import REPO, children, group_alive, summaries
 
 from mbexp import study as study_cli
 from mbexp.analysis import lr_scan, studies
@@ -124,6 +129,8 @@ TINY = yaml.safe_load(STUDY.format(cache="c"))["studies"]["tiny"]
     ({"lr_grid": [1.0e-3, 0.001, 1.0e-2]}, "lr_grid must list at least two positive learning rates, each once, got "
                                            "[0.001, 0.001, 0.01]"),
     ({"lr_grid": [0, 1.0e-2]}, "lr_grid must list at least two positive learning rates"),
+    ({"lr_grid": yaml.safe_load("[1e-3, 1.0e-2]")}, "got ['1e-3', 0.01]: YAML reads 1e-3 as text, not a number; "
+                                                    "write 1.0e-3"),
     ({"budgets": [1, 16], "select_at": True}, "select_at=True is not one of the budgets [1, 16]"),
     ({"select_at": 16.0}, "select_at=16.0 is not one of the budgets [8, 16]"),
     ({"budgets": [True, 16]}, "budgets must be distinct positive step counts, got [True, 16]"),
@@ -430,3 +437,66 @@ def test_a_results_folder_without_a_claims_file_is_named(tmp_path, capsys):
     assert stop.value.code == 2 and capsys.readouterr().err.splitlines() == [
         f"error: {tmp_path / 'nowhere' / 'claims.yaml'} does not exist: a study is declared under `studies:` there "
         "(docs/studies.md); give --results the folder that holds it"]
+
+
+SLOW_SCAN = """\
+claims:
+  - {{id: a, claim: c, paper: p, experiment: other, baseline: b, rows: [r], hypothesis: better, seeds: [0]}}
+studies:
+  tiny:
+    experiment: smoke
+    rows: {{ffn: [relu]}}
+    lr_grid: [1.0e-3, 1.0e-2]
+    scan_seeds: [0]
+    seeds: [1]
+    budgets: [{steps}]
+    overrides: [data.cache_dir={cache}, logger=none, optim.warmup_steps=2, train.eval_every=10, train.log_every=10,
+                train.checkpoint_every=1000]
+"""
+
+
+def started_sweep(study: subprocess.Popen, results: Path, sweeps: list) -> int:
+    """The process group of the study's sweep, once its first run has logged a record."""
+    deadline = time.monotonic() + 120
+    while not list(results.glob("runs/smoke_scan/*/seed=0/metrics.jsonl")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    sweeps.extend(children(study.pid))
+    assert len(sweeps) == 1, f"no sweep training: {sweeps}"
+    return sweeps[0]
+
+
+def killed(study: subprocess.Popen, sweep: int) -> bool:
+    """SIGKILL the study (no handler of its own runs), then whether its sweep's group ends within seconds."""
+    study.kill()
+    study.wait()
+    deadline = time.monotonic() + 20
+    while group_alive(sweep) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not group_alive(sweep)
+
+
+def test_a_killed_study_takes_its_sweep_down_and_its_rerun_resumes(tmp_path, cache):
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "claims.yaml").write_text(SLOW_SCAN.format(cache=cache, steps=100000))  # trains until stopped
+    command = [sys.executable, "-m", "mbexp.study", "tiny", "--results", str(results)]
+    sweeps: list = []
+    try:
+        study = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        assert killed(study, started_sweep(study, results, sweeps)), "the sweep trains on without its study"
+        (stopped,) = summaries(results)
+        assert stopped["status"] == "interrupted" and stopped["step"] > 0
+
+        log = tmp_path / "rerun.log"
+        with log.open("w") as out:  # the same command again: its run resumes from its checkpoint
+            rerun = subprocess.Popen(command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 120
+        while "resuming" not in log.read_text() and rerun.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        sweeps.clear()
+        assert killed(rerun, started_sweep(rerun, results, sweeps))
+        assert f"from step {stopped['step']}" in log.read_text(), log.read_text()[-2000:]
+    finally:  # never leave a sweep training after the test
+        for sweep in sweeps:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(sweep, signal.SIGKILL)

@@ -43,3 +43,28 @@ def losses(run_dir: Path) -> tuple[list, list]:
     recs = metrics(run_dir)
     return ([(r["step"], r["train_loss"]) for r in recs if "train_loss" in r],
             [(r["step"], r["val_loss"]) for r in recs if "val_loss" in r])
+
+
+def children(pid: int) -> list[int]:
+    """The live processes whose parent is `pid` (zombies count as ended), from /proc."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()  # after the command, which may hold spaces
+        except OSError:  # a process that ended while we looked
+            continue
+        if fields[0] != "Z" and int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any live (not zombie) process is in process group `pgid`."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            return True
+    return False

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from mbexp.io import CONFIG, METRICS, STATUSES, SUMMARY, SummaryError, is_int, is_number, read_regular, read_summary
+from mbexp.io import CONFIG, METRICS, STATUSES, SummaryError, is_int, is_number, read_regular, read_summary
 from mbexp.names import AXES
-from mbexp.run.identity import experiment_dir
+from mbexp.run.identity import experiments_in, summaries_of
 from mbexp.run.migrate import identity_values, legacy_identity, upgrade
 from mbexp.run.summary import NUMBERS as SUMMARY_NUMBERS
 from mbexp.run.summary import lr_problem
@@ -32,12 +32,11 @@ RUN_COLUMNS = ("path", *STRINGS, "seed", *AXES, "warmup_steps", *NUMBERS, *NUMER
 
 
 def collect_runs(results_dir, strict: bool = False, experiments=None) -> pd.DataFrame:
-    """One row per run from `results_dir/runs/**/summary.json` (with `experiments`, only under those experiments'
-    folders); bad files are logged and skipped, or raise if strict."""
+    """One row per run from `results_dir/runs/<experiment>/<variant>/seed=<seed>/summary.json` (with
+    `experiments`, only those experiments'); bad files are logged and skipped, or raise if strict."""
     rows = []
-    folders = [experiment_dir(results_dir, e) for e in experiments] if experiments is not None else [
-        experiment_dir(results_dir, "")]
-    for path in sorted(p for folder in folders for p in folder.rglob(SUMMARY)):
+    names = experiments_in(results_dir) if experiments is None else experiments
+    for path in sorted(p for name in names for p in summaries_of(results_dir, name)):
         try:
             rows.append(read_record(path, strict=strict))
         except SummaryError as err:

@@ -24,6 +24,10 @@ def save(directory: Path, state: dict) -> None:
     atomic_write(directory / LATEST, write)
 
 
+class OtherRun(ValueError):
+    """A checkpoint that loads, but of another run's config."""
+
+
 def load(directory: Path, *, config_hash: str) -> dict | None:
     """The newest readable checkpoint of this config, or None; damaged files are skipped with one warning line."""
     damaged = []
@@ -34,7 +38,7 @@ def load(directory: Path, *, config_hash: str) -> dict | None:
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
             if not isinstance(state, dict) or state.get("config_hash") != config_hash or "step" not in state:
-                raise ValueError("not a checkpoint of this run's config")
+                raise OtherRun("a checkpoint of another config, not this run's")
         except Exception as exc:  # a truncated zip, garbage bytes, a foreign file: never fatal
             damaged.append(f"{name}: {_reason(exc)}")
             continue
@@ -50,9 +54,14 @@ def load(directory: Path, *, config_hash: str) -> dict | None:
 def _reason(exc: Exception) -> str:
     """Why a checkpoint did not load, in a few words; never torch's advice to load it unsafely."""
     text = str(exc).strip()
-    if "Weights only load failed" in text:
+    if "Unsupported global" in text:  # a pickle of classes the safe (weights-only) load refuses
         return "it holds objects a safe (weights-only) load refuses; delete it"
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else 'unreadable'}"[:200]
+    if isinstance(exc, OtherRun):
+        return text
+    # any other failure: bytes that are no checkpoint, which torch's safe loader calls a refusal all the same
+    first = (text.splitlines() or ["?"])[0]
+    detail = "" if "Weights only load failed" in text else f": {type(exc).__name__}: {first}"[:120]
+    return f"not a checkpoint (corrupt or another kind of file{detail}); delete it"
 
 
 def remove(directory: Path) -> None:

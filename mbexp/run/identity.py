@@ -57,9 +57,31 @@ def experiment_dir(results_dir, name: str) -> Path:
     return Path(results_dir, "runs", name)
 
 
+def experiments_in(results_dir) -> list[str]:
+    """The experiments under <results_dir>/runs: one folder each (a link to a folder too)."""
+    runs = experiment_dir(results_dir, "")
+    return sorted(p.name for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else []
+
+
 def summaries_of(results_dir, name: str) -> list[Path]:
-    """The summary.json of every run of experiment `name`, sorted."""
+    """The summary.json of every run of experiment `name`, sorted; linked experiment and variant folders are
+    followed, as mbexp.train writes through them."""
     return sorted(experiment_dir(results_dir, name).glob("*/seed=*/summary.json"))
+
+
+def linked_outside(results_dir, names) -> list[tuple[Path, Path]]:
+    """(link, where it leads) for each experiment or variant folder of experiments `names` that is a link out of
+    results_dir: its runs are read, but they live elsewhere."""
+    inside = Path(results_dir).resolve()
+    found = []
+    for name in names:
+        folder = experiment_dir(results_dir, name)
+        if folder.is_symlink():
+            links = [folder]
+        else:
+            links = [p for p in sorted(folder.iterdir()) if p.is_symlink()] if folder.is_dir() else []
+        found += [(link, link.resolve()) for link in links if not link.resolve().is_relative_to(inside)]
+    return found
 
 
 def run_dir(cfg: Config) -> Path:
