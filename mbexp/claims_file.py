@@ -1,5 +1,7 @@
 """The claims file (`<results_dir>/claims.yaml`) read defensively, and the LR protocols it declares under
-`studies:` (docs/studies.md). Torch- and pandas-free: the trainer imports it through mbexp.declarations."""
+`studies:` (docs/studies.md). Torch- and pandas-free: the trainer imports it through mbexp.declarations.
+Over 300 lines: reading the file defensively (aliases, encodings, links) and every study rule share one module
+until the claims and studies packages split them."""
 
 import math
 import re

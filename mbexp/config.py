@@ -50,7 +50,7 @@ class ModelConfig:
     n_heads: int = 4
     n_kv_heads: int | None = None  # grouped-query attention: this many key/value heads (None: n_heads)
     seq_len: int = 128
-    pos: str = "rope"
+    pos: str = "rope"  # rope | learned | sinusoidal
     tie_embeddings: bool = True
     bias: bool = False  # biases in the attention and FFN Linears (GPT-2, the original Transformer)
     qk_norm: str = "none"  # none | head | proj: normalise q and k before RoPE, per head or over the projection
@@ -59,7 +59,7 @@ class ModelConfig:
     param: str = "sp"  # sp | mup: standard or maximal-update parametrisation (docs/model.md, "μP")
     init: str = "gpt2"  # gpt2: hidden matrices ~ N(0, 0.02) | fan_in: their std scaled with width as μP's
     base_d_model: int | None = None  # the base width of model.param=mup and model.init=fan_in
-    logit_softcap: float | None = None  # cap * tanh(logits / cap) on the LM head's logits (Gemma 2); None: off
+    logit_softcap: float | None = None  # cap * tanh(x / cap) on the LM head's logits (Gemma 2); None: off
     attn_softcap: float | None = None  # the same on attention scores, before the mask (Gemma 2); None: off
     zero_init_proj: bool = False  # attention and FFN output matrices start at 0 (modded-nanogpt)
 
@@ -75,8 +75,7 @@ class DataConfig:
     val_windows: int = 64  # fixed validation budget: this many seq_len windows
     max_docs: int | None = None  # cap for the large hub corpora
     cache_dir: str = "data_cache"
-    # the corpus content's hash, filled in by the trainer for data=text and the hub corpora (bigtxt is pinned by
-    # its checksum): part of a run's identity, so an edited corpus is a new run. Never set it.
+    # the corpus content's hash (bigtxt: pinned by its checksum), set by the trainer: an edited corpus is a new run
     fingerprint: str | None = None
 
 
@@ -234,12 +233,10 @@ def unknown_key(key: str) -> str:
 SPEC_KEYS = {  # each ModelSpec field and the config key it is read from (vocab_size: the tokenizer's)
     **{name: f"model.{name}" for name in ("d_model", "n_layers", "n_heads", "n_kv_heads", "seq_len", "pos", "rope_base",
                                           "tie_embeddings", "bias", "qk_norm", "emb_scale", "logit_softcap",
-                                          "attn_softcap", "zero_init_proj")},
+                                          "attn_softcap", "zero_init_proj", "param", "init", "base_d_model")},
     "norm": "norm.name", "norm_eps": "norm.eps", "norm_bias": "norm.bias", "norm_alpha_init": "norm.alpha_init",
     "placement": "placement.name", "ffn": "ffn.name", "ffn_gelu": "ffn.gelu", "hidden": "hidden.name",
-    "hidden_multiple_of": "hidden.multiple_of", "param": "model.param", "init": "model.init",
-    "base_d_model": "model.base_d_model",
-}
+    "hidden_multiple_of": "hidden.multiple_of"}
 
 
 def model_spec(cfg: Config, vocab_size: int):

@@ -305,10 +305,9 @@ def check_environment(configs: list[Config], args: list[str]) -> None:
                 options := _launcher_options(launchers[0])):
             raise ConfigError(f"{key} is not an option of hydra/launcher={launchers[0]}; its options: "
                               f"{', '.join(options)}")
-        # joblib reads -2 as all CPUs but one: only -1 (one job per CPU) is offered, as a count easy to foresee
         if key == "hydra.launcher.n_jobs" and not (value.isdigit() and int(value) > 0 or value == "-1"):
             raise ConfigError(f"hydra.launcher.n_jobs={value} is not valid; give a positive number of jobs "
-                              "(or -1: one per CPU)")
+                              "(or -1: one per CPU; joblib's other negatives are not offered)")
         if key.lstrip("+") == "hydra/launcher" and value == "slurm" and shutil.which("sbatch") is None:
             raise ConfigError("hydra/launcher=slurm needs SLURM (no sbatch on PATH); on this machine use "
                               "hydra/launcher=joblib, or submit from a SLURM login node")

@@ -90,9 +90,9 @@ def test_confirmatory_needs_a_clean_launch_after_the_committed_declaration(tmp_p
     assert all(s["git_clean"] is True and s["declarations"] == declarations.covering(results, "decl")
                for s in summaries)
     assert standing(results) == ["confirmatory"]
-    from mbexp.analysis import claims, report, table
+    from mbexp.analysis import claims, readme, table
 
-    block = report.readme_block(claims.evaluate_file(results, table.build_tables(results)))
+    block = readme.readme_block(claims.evaluate_file(results, table.build_tables(results)))
     assert "the 1 confirmatory verdicts: every run each reads was launched under its claim's current declaration " \
         "([rules]" in block  # and no count of exploratory ones, there being none
     declare(results, words="SwiGLU beats ReLU (reworded)")  # prose is not part of the digest

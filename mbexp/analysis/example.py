@@ -57,6 +57,25 @@ claims:
     seeds: [0, 1, 2]
     conditions: {own_lr: true, max_epochs: 1}
 """
+DECLARED, LAUNCHED = "d" * 40, "e" * 40  # the fixture's commits: the claims file's, then the runs' (a descendant)
+
+
+class FixtureHistory:
+    """The git history the fixture's runs come from, as analysis.provenance.History answers it: every claim
+    declared at DECLARED, every run launched cleanly at LAUNCHED, which descends from it."""
+
+    top = "fixture"
+
+    def declared(self, claim) -> str:
+        return DECLARED
+
+    def known(self, commit: str) -> bool:
+        return commit in (DECLARED, LAUNCHED)
+
+    def descends(self, commit: str, ancestor: str = "HEAD") -> bool:
+        return (commit, ancestor) in ((LAUNCHED, DECLARED), (DECLARED, DECLARED), (LAUNCHED, LAUNCHED))
+
+
 # per-seed Δ (row minus baseline, nats) of each fixture study
 GEGLU = [-0.02, -0.25, -0.06, -0.11, -0.12, -0.10, -0.12]  # seeds 0-2 planned, 3-6 added
 SENSITIVITY = {"post": [0.40, 0.35, 0.45], "pre": [0.03, 0.02, 0.04]}  # warm-up 0 minus warm-up 100, per seed
@@ -73,7 +92,8 @@ def _run(experiment: str, ffn: str, seed: int, loss: float, *, norm="layer", pla
             "norm": norm, "placement": placement, "ffn": ffn, "hidden": "matched", "warmup_steps": warmup,
             "params": 10**6, "d_ff": 512, "early_val_loss": loss + 1, "final_val_loss": loss, "final_val_bpb": loss / 3,
             "final_test_loss": loss, "final_test_bpb": loss / 3, "tokens_per_s": 1e4, "step": 300, "steps": 300,
-            "epochs": 0.1, "identity": identity, "config": config_key(identity), "declarations": declarations or {}}
+            "epochs": 0.1, "identity": identity, "config": config_key(identity), "declarations": declarations or {},
+            "git_commit": LAUNCHED, "git_clean": True, "git_resumed": []}
 
 
 def fixture() -> tuple[list, pd.DataFrame]:
@@ -105,4 +125,4 @@ def fixture() -> tuple[list, pd.DataFrame]:
 
 def results() -> list[Result]:
     claims, runs = fixture()
-    return evaluate(claims, tables_for(runs))
+    return evaluate(claims, tables_for(runs), FixtureHistory())
