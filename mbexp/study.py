@@ -229,10 +229,6 @@ def main(argv: list[str] | None = None) -> None:
         print(f"study {study.name}: {len(study.row_values())} rows x {len(study.lr_grid)} LRs x "
               f"{len(study.scan_seeds)} scan seed(s){reuse}, then {len(study.seeds)} planned seeds; budgets "
               f"{list(study.budgets)}", flush=True)
-        if len(study.scan_seeds) < MIN_SCAN_SEEDS:
-            print(f"warning: study {study.name} chooses each row's LR on {len(study.scan_seeds)} scan seed; with "
-                  f"{MIN_SCAN_SEEDS} the scan table can say whether a choice is within seed noise "
-                  "(docs/studies.md)", file=sys.stderr, flush=True)
         # a study reusing another's scan runs that scan's own command: its finished runs are skipped
         scan = scan_command(load_study(args.results, study.scan_of) if study.scan_of else study, jobs=args.jobs,
                             results_dir=args.results)

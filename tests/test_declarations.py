@@ -330,7 +330,7 @@ def test_the_provenance_rule_names_why_a_run_does_not_count(tmp_path):
     assert History(path).declared(declarations.load_claims(path)[0]) is None
     texts = []
     read = pd.DataFrame([ok, ok | {"git_clean": False}]).assign(label="r")
-    assert standing(claim, read, texts, History(tmp_path)) == ("exploratory", 0)  # no git: nothing counts
-    assert standing(claim, read.iloc[:1], [], history) == ("exploratory", 0)
+    assert standing(claim, read, texts, History(tmp_path)) == ("exploratory", 0, 2)  # no git: nothing counts
+    assert standing(claim, read.iloc[:1], [], history) == ("exploratory", 0, 1)
     assert texts == ["exploratory: 2 of 2 runs read were not launched under this declaration (the claims file is not "
                      "tracked by git, so no commit declared it)"]

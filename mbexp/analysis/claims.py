@@ -87,9 +87,9 @@ def evaluate_claim(claim: Claim, table: Table | None, history: History | None = 
     texts, tags, unmet = qualifiers(claim, table, cells, present, comparisons, value)
     read = pd.concat(_read(claim, table, label, value) for label in labels)
     read = read[read["seed"].isin(planned)]
-    stand, declared = standing(claim, read, texts, history, scan)
+    stand, declared, n_read = standing(claim, read, texts, history, scan)
     return Result(claim, comparisons, NOT_AS_DECLARED if unmet else verdict(comparisons), stand, present, texts,
-                  tags, unmet, family(claim, table, value) if extra else [], len(read), declared)
+                  tags, unmet, family(claim, table, value) if extra else [], n_read, declared)
 
 
 _MISSING = object()

@@ -78,7 +78,7 @@ def ladder_trend(claim: Claim, table: Table | None, history: History | None = No
     if past := past_epochs(claim, read["epochs"].max()):
         tags.append(past[0])
         unmet.append(past[1])
-    stand, declared = standing(claim, read, texts, history, scan)
+    stand, declared, n_read = standing(claim, read, texts, history, scan)
     read_labels = [label for label, _ in cells.values()]
     if edges := lr_edges(table, read_labels):
         tags.append(LR_EDGE)
@@ -89,7 +89,7 @@ def ladder_trend(claim: Claim, table: Table | None, history: History | None = No
             f"{short(label, read_labels)} seed {seed_range(s)}" for label, s in slow.items()))
     extra = set().union(*present.values()) - planned
     return Result(claim, comparisons, NOT_AS_DECLARED if unmet else verdict(comparisons), stand, present,
-                  texts + unmet, tags, unmet, everyone if extra else [], len(read), declared)
+                  texts + unmet, tags, unmet, everyone if extra else [], n_read, declared)
 
 
 def slow_starts(table: Table, steps: int) -> dict:

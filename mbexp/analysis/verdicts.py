@@ -65,7 +65,7 @@ class Result:
     unmet: list = field(default_factory=list)  # the declared conditions the runs do not meet, in words
     added: list = field(default_factory=list)  # the same comparisons on every seed present, when beyond the plan
     runs_read: int = 0
-    runs_declared: int = 0  # of runs_read, those that recorded the claim's current digest at launch
+    runs_declared: int = 0  # of runs_read, those launched under the claim by the provenance rule
 
 
 def outcome(claim: Claim, c: Comparison) -> str:
@@ -147,19 +147,19 @@ def past_epochs(claim: Claim, epochs: float) -> tuple[str, str] | None:
 
 
 def standing(claim: Claim, read: pd.DataFrame, texts: list[str], history: History | None = None,
-             scan: pd.DataFrame | None = None) -> tuple[str, int]:
-    """(standing, runs launched under the declaration): confirmatory when every run read, the scan's runs of the
-    rows read included, was by the provenance rule (analysis.provenance); else exploratory, with a line added to
-    `texts` saying how many were not and why."""
+             scan: pd.DataFrame | None = None) -> tuple[str, int, int]:
+    """(standing, runs launched under the declaration, runs read): confirmatory when every run read, the scan's
+    runs of the rows read included, was by the provenance rule (analysis.provenance); else exploratory, with a line
+    added to `texts` saying how many were not and why."""
     if scan is not None and len(read):
         read = pd.concat([read, scan[scan["label"].isin(set(read["label"]))]])
     declared = history.declared(claim) if history is not None and history.top is not None else None
     problems = [problem(run, claim, history, declared) for run in read.to_dict("records")]
     launched = sum(p is None for p in problems)
     if len(read) and launched == len(read):
-        return CONFIRMATORY, launched
+        return CONFIRMATORY, launched, len(read)
     reasons = sorted({p for p in problems if p}, key=lambda p: -problems.count(p))
     why = f" ({'; '.join(reasons[:2])}{'; ...' if len(reasons) > 2 else ''})" if reasons else ""
     texts.append(f"exploratory: {len(read) - launched} of {len(read)} runs read were not launched under this "
                  f"declaration{why}")
-    return EXPLORATORY, launched
+    return EXPLORATORY, launched, len(read)
