@@ -12,7 +12,7 @@ from conftest import BIGTXT_TEST_VOCAB
 from test_table import BASE, write_run
 
 from mbexp import ngram
-from mbexp.analysis import decision, equivalent, regime, render, table
+from mbexp.analysis import decision, equivalent, outputs, regime, render, table
 from mbexp.data import main as data_main
 
 # train 0 1 0 1 2 (vocab 3): unigram counts 2, 2, 1; bigrams (0,1)×2 (1,0) (1,2); contexts c(0) = c(1) = 2, c(2) = 0;
@@ -202,3 +202,20 @@ def test_a_caption_finds_its_corpus_cache_from_the_runs_identity(bigtxt_tokens, 
     assert "not available: token cache" in tables["quick"].regime
     assert data_main([f"data.vocab_size={BIGTXT_TEST_VOCAB}", f"data.cache_dir={bigtxt_tokens.path.parent}"]) == 0
     assert f"n-gram test   {found.text('test')} nats/token" in capsys.readouterr().out
+
+
+def test_a_ladder_writes_its_decision_table_and_figure(tmp_path):
+    losses = {"ladder64": {"relu": 5.0, "geglu": 5.2, "swiglu": 5.1}, "ladder96": {"relu": 4.8, "geglu": 4.6,
+                                                                                 "swiglu": 4.7}}
+    for size, by_ffn in losses.items():
+        for ffn, loss in by_ffn.items():
+            for seed in range(2):
+                write_run(tmp_path, f"layer-pre-{ffn}-matched", seed=seed, test=loss + 0.01 * seed,
+                          extra={"model.name": size}, params_non_embedding=10**5 if size == "ladder64" else 10**6)
+    t = table.build_tables(tmp_path)["quick"]
+    paths = outputs.write_decision(tmp_path, t)
+    assert [p.name for p in paths] == ["quick_decision.md", "quick_decision.csv", "quick_decision.png"]
+    assert "| 300 | ladder64 | 100,000 | ladder96 | 0 of 3 | 0.00 [0.00, 0.00] | 2 |" in paths[0].read_text()
+    single = tmp_path / "single"
+    write_run(single, BASE, seed=0)
+    assert outputs.write_decision(single, table.build_tables(single)["quick"]) == []  # no ladder

@@ -6,11 +6,11 @@ from itertools import combinations
 
 import numpy as np
 import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from mbexp.analysis.table import Table
 
-DECISION = "_decision"  # the suffix of its table and figure names
 RESAMPLES = 2000
 LEVEL = 0.95
 
@@ -91,18 +91,21 @@ def to_csv(decisions: pd.DataFrame) -> str:
 
 
 def plot(experiment: str, decisions: pd.DataFrame) -> Figure:
-    """Accuracy against non-embedding parameters, one line per budget, the interval as error bars."""
-    fig = Figure(figsize=(5.5, 3.8), layout="constrained")
-    ax = fig.subplots()
-    for steps, group in decisions.groupby("steps"):
+    """Accuracy against non-embedding parameters, one line per budget (nudged apart), the interval as error bars."""
+    fig = Figure(figsize=(6, 4), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    groups = list(decisions.groupby("steps"))
+    for i, (steps, group) in enumerate(groups):
         err = np.array([group["accuracy"] - group["low"], group["high"] - group["accuracy"]])
-        ax.errorbar(group["params_non_embedding"], group["accuracy"], yerr=None if np.isnan(err).all() else err,
-                    marker="o", capsize=3, label=f"{steps} steps")
+        x = group["params_non_embedding"] * 1.04 ** (i - (len(groups) - 1) / 2)
+        ax.errorbar(x, group["accuracy"], yerr=None if np.isnan(err).all() else err, marker="o", capsize=3,
+                    label=f"{steps} steps")
     ax.axhline(0.5, color="grey", lw=0.8, ls=":", label="chance")
     ax.set(xscale="log", ylim=(-0.05, 1.05), xlabel="non-embedding parameters",
-           ylabel="pairs ranked as the largest rung",
-           title=f"{experiment}: decision accuracy vs {decisions['reference'].iloc[0]}")
-    ax.legend(fontsize=8)
+           ylabel=f"pairs ranked as the largest rung ({LEVEL:.0%} CI)",
+           title=f"{experiment}: decision accuracy against {decisions['reference'].iloc[0]}")
+    ax.legend(fontsize="small", frameon=False)
     return fig
 
 

@@ -117,6 +117,7 @@ def add(table: Table) -> None:
     for key in ("ceq", "ceq_low", "ceq_high", "ceq_extrapolated", "ceq_bound", "ceq_n"):
         default = "" if key == "ceq_extrapolated" else math.nan
         table.rows[key] = table.rows["label"].map(frame[key]).fillna(default) if key in frame else default
+    table.rows["ceq_n"] = table.rows["ceq_n"].astype("Int64")
 
 
 def _compute(runs: pd.DataFrame) -> float:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from mbexp.analysis import decision, figures, ladder_render, lr_scan, render, report, scaling
 from mbexp.analysis.claims import Result
-from mbexp.analysis.files import FIT, SCAN, figure_path, table_path
+from mbexp.analysis.files import DECISION, FIT, SCAN, figure_path, table_path
 from mbexp.analysis.table import Table
 from mbexp.claims_file import load_studies
 from mbexp.io import atomic_write, write_text
@@ -54,7 +54,7 @@ def write_decision(results_dir, table: Table) -> list[Path]:
     found = decision.decisions_of(table)
     if found is None:
         return []
-    name = table.experiment + decision.DECISION
+    name = table.experiment + DECISION
     paths = [table_path(results_dir, name, ext) for ext in ("md", "csv")]
     write_text(paths[0], decision.to_markdown(table.experiment, found))
     write_text(paths[1], decision.to_csv(found))
