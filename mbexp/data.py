@@ -1,60 +1,25 @@
 """Tokenizer, token cache and batches: from a corpus to (B, T) tensors of token ids.
 
-`python -m mbexp.data [overrides]` prepares a corpus and prints its statistics. Over 300 lines: the cache's
-build, its checks and its reading share one file layout (docs/data.md); the corpora's text is mbexp.corpus.
+`python -m mbexp.data [overrides]` prepares a corpus and prints its statistics and n-gram baselines. The cache's
+key and its checked reading are mbexp.token_cache (torch-free); the corpora's text is mbexp.corpus.
 """
 
-import hashlib
-import json
 import sys
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 
 import numpy as np
-import tokenizers
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from tqdm.auto import tqdm
 
-from mbexp.corpus import SPLITS, CorpusError, documents, split_of
+from mbexp.corpus import SPLITS, CorpusError, split_of
 from mbexp.corpus_check import needed_splits, tokens_needed, too_few_documents, too_short
 from mbexp.io import atomic_write, file_lock, write_json
+from mbexp.token_cache import TokenData, cache_key, digest, load_cache, located  # noqa: F401 - cache_key re-exported
 
 EOT = "<|endoftext|>"
-CACHE_FORMAT = 2  # bump when the cache layout or the tokenization changes
-
-
-@dataclass
-class TokenData:
-    """A prepared corpus: the tokenizer and memory-mapped train/validation/test token arrays."""
-
-    path: Path
-    tokenizer: Tokenizer
-    train: np.ndarray
-    val: np.ndarray
-    test: np.ndarray  # empty when data.test_fraction is 0
-    meta: dict
-    cache_hit: bool
-
-    @property
-    def vocab_size(self) -> int:
-        return self.tokenizer.get_vocab_size()
-
-
-def cache_key(docs: Iterable[str], *, vocab_size: int, min_frequency: int, val_fraction: float,
-              test_fraction: float) -> str:
-    """A hash of the corpus content (streamed: one document at a time) and every setting that changes the tokens."""
-    h = hashlib.blake2b(digest_size=16)
-    for doc in docs:
-        h.update(hashlib.blake2b(doc.encode(), digest_size=16).digest())
-    settings = dict(
-        vocab_size=vocab_size, min_frequency=min_frequency, val_fraction=val_fraction,
-        test_fraction=test_fraction, format=CACHE_FORMAT, tokenizers=tokenizers.__version__,
-    )
-    h.update(json.dumps(settings, sort_keys=True).encode())
-    return h.hexdigest()[:16]
 
 
 def train_tokenizer(docs: Iterable[str], *, vocab_size: int, min_frequency: int,
@@ -100,42 +65,6 @@ def encode(tok: Tokenizer, docs: Iterable[str], out: Path, *, desc: str, total: 
     return written
 
 
-def _digest(path: Path) -> str:
-    return hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest()
-
-
-def load_cache(path: Path, *, warn: bool = True) -> TokenData | None:
-    """The cache at `path` if meta.json is there and every file matches its size and digest; a damaged one
-    is reported (unless warn=False: a second look, after the first has said so)."""
-    meta_path = path / "meta.json"
-    try:
-        meta = json.loads(meta_path.read_text())
-        for split in SPLITS:
-            f = path / f"{split}.bin"
-            info = meta["files"][f"{split}.bin"]
-            if f.stat().st_size != info["bytes"] or _digest(f) != info["digest"]:
-                raise ValueError(f"{f} does not match meta.json")
-        if _digest(path / "tokenizer.json") != meta["files"]["tokenizer.json"]["digest"]:
-            raise ValueError("tokenizer.json does not match meta.json")
-        tok = Tokenizer.from_file(str(path / "tokenizer.json"))
-        arrays = {s: _memmap(path / f"{s}.bin", meta["dtype"]) for s in SPLITS}
-    except FileNotFoundError as exc:
-        if warn and exc.filename != str(meta_path) and meta_path.exists():  # meta.json without a file it lists
-            print(f"warning: token cache {path} is damaged ({exc.filename} is missing); rebuilding it", file=sys.stderr)
-        return None
-    except (ValueError, KeyError, TypeError, Exception) as exc:  # noqa: B014 - any damage means rebuild
-        if warn and meta_path.exists():
-            print(f"warning: token cache {path} is damaged ({exc}); rebuilding it", file=sys.stderr)
-        return None
-    return TokenData(path, tok, arrays["train"], arrays["val"], arrays["test"], meta, cache_hit=True)
-
-
-def _memmap(path: Path, dtype: str) -> np.ndarray:
-    if path.stat().st_size == 0:  # numpy cannot map an empty file
-        return np.zeros(0, dtype=dtype)
-    return np.memmap(path, dtype=dtype, mode="r")
-
-
 class SplitDocuments:
     """The documents of one split of a re-iterable corpus, in corpus order; each iteration reads the corpus anew."""
 
@@ -165,7 +94,7 @@ def build_cache(path: Path, name: str, docs: Iterable[str], *, fractions: tuple[
         "dtype": written["train"]["dtype"],
         **{stat: {s: written[s][stat] for s in SPLITS} for stat in ("documents", "bytes", "tokens")},
         "files": {
-            f: {"bytes": (path / f).stat().st_size, "digest": _digest(path / f)}
+            f: {"bytes": (path / f).stat().st_size, "digest": digest(path / f)}
             for f in (*(f"{s}.bin" for s in SPLITS), "tokenizer.json")
         },
     }
@@ -177,20 +106,10 @@ def build_cache(path: Path, name: str, docs: Iterable[str], *, fractions: tuple[
 
 def prepare(data_cfg, *, seq_len: int) -> TokenData:
     """The token data for `data_cfg` (a DataConfig), from the cache or built now."""
-    docs = documents(data_cfg.name, path=data_cfg.path, max_docs=data_cfg.max_docs)
+    path, docs, counts = located(data_cfg)
     fractions = (data_cfg.val_fraction, data_cfg.test_fraction)
-    counts = dict.fromkeys(SPLITS, 0)
-
-    def counted() -> Iterator[str]:  # one streaming pass gives the content hash and the split's sizes
-        for doc in docs:
-            counts[split_of(doc, *fractions)] += 1
-            yield doc
-
-    key = cache_key(counted(), vocab_size=data_cfg.vocab_size, min_frequency=data_cfg.min_frequency,
-                    val_fraction=data_cfg.val_fraction, test_fraction=data_cfg.test_fraction)
     if not all(counts[s] for s in needed_splits(data_cfg.test_fraction)):
         raise CorpusError(too_few_documents(data_cfg.name, counts, data_cfg.val_fraction, data_cfg.test_fraction))
-    path = Path(data_cfg.cache_dir) / f"{data_cfg.name}-{key}"
     data = load_cache(path)
     if data is None:
         with file_lock(path.with_suffix(".lock")):  # two processes never build one cache at once
@@ -303,7 +222,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, CorpusError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    from mbexp import ngram
+
     print(describe(data))
+    print(ngram.describe(ngram.cached(data)))
     return 0
 
 

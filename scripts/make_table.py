@@ -163,7 +163,7 @@ def _main(argv: list[str] | None) -> int:
 
 
 def _tables(args) -> int:
-    from mbexp.analysis import claims, files, outputs, provenance, render, report, studies, table
+    from mbexp.analysis import claims, equivalent, files, outputs, provenance, regime, render, report, studies, table
     from mbexp.analysis.collect import collect_runs, log
     from mbexp.declarations import check
     from mbexp.run.identity import experiments_in, linked_outside
@@ -191,6 +191,8 @@ def _tables(args) -> int:
                 return 2
         tables = table.tables_for(runs, dict(args.baseline), tune=args.tune, margin=args.margin)
         studies.annotate(tables, args.results)  # a declared study's rows: the LR its scan chose
+        regime.annotate(tables)  # each caption's n-gram baselines and scale
+        equivalent.annotate(tables)  # with several budgets: the compute-equivalent multiplier per row
         # claims compare experiments: --only leaves them, and their files, alone
         verdicts = [] if args.only else claims.evaluate_file(args.results, tables)
     except claims.ClaimsError as err:  # a bad claims file: one line naming it and the claim, nothing written

@@ -40,6 +40,7 @@ LR = T + "test_train.py::test_every_logged_lr_follows_the_schedule_with_its_warm
 TABLE = (T + "test_table_rules.py", T + "test_table.py")
 CLAIMS = (T + "test_claim_rules.py", T + "test_claims.py")
 SCALING = (T + "test_scaling_rules.py", T + "test_scaling.py")
+REGIME = T + "test_regime.py"
 MUP = (T + "test_mup.py::test_coordinates_stay_flat_in_width_under_mup_and_grow_under_sp",
        T + "test_mup.py::test_every_init_std_and_effective_lr_is_the_mup_packages")
 MUTANTS = [
@@ -241,6 +242,18 @@ MUTANTS = [
     Mutant("zero_softcap_allowed", "mbexp/validate.py", '_above(f"model.{key}", getattr(m, key), 0,',
            '_above(f"model.{key}", getattr(m, key), -1,',
            (T + "test_config.py::test_bad_input_names_the_key_and_choices",)),
+    # what a verdict means: n-gram baselines, compute-equivalent multipliers, decision accuracy
+    Mutant("ngram_add_half", "mbexp/ngram.py", "ADD_K = 1.0", "ADD_K = 0.5", (REGIME,)),
+    Mutant("ngram_last_token_a_context", "mbexp/ngram.py", "bigram_ctx=np.bincount(train[:-1].astype(np.int64),",
+           "bigram_ctx=np.bincount(train.astype(np.int64),", (REGIME,)),
+    Mutant("ceq_extrapolation_unflagged", "mbexp/analysis/equivalent.py",
+           "return log_c[i] + (target - losses[i]) / slope, side",
+           "return log_c[i] + (target - losses[i]) / slope, WITHIN", (REGIME,)),
+    Mutant("ceq_linear_in_compute", "mbexp/analysis/equivalent.py",
+           "log_needed, side = needed_log_compute(np.log(np.asarray(compute, dtype=float)[order]),",
+           "log_needed, side = needed_log_compute(np.asarray(compute, dtype=float)[order],", (REGIME,)),
+    Mutant("decision_against_smallest_rung", "mbexp/analysis/decision.py",
+           "same, n = agreement(means[i], means[-1])", "same, n = agreement(means[i], means[0])", (REGIME,)),
 ]
 
 

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from tiny import REPO
 
+from mbexp.analysis.files import DECISION, FIT
+
 RESULTS = REPO / "results"
 
 
@@ -36,8 +38,9 @@ def _experiment(figure: Path) -> str:
 
 
 def _table_experiment(table: Path) -> str:
-    """results/tables/<experiment>.{md,csv,tex}, and a ladder's <experiment>_fit.{md,csv} -> <experiment>."""
-    return table.stem.removesuffix("_fit")
+    """results/tables/<experiment>.{md,csv,tex}, and a ladder's <experiment>_fit.{md,csv} and
+    <experiment>_decision.{md,csv} -> <experiment>."""
+    return table.stem.removesuffix(FIT).removesuffix(DECISION)
 
 
 def test_make_table_regenerates_the_committed_tables(tmp_path):

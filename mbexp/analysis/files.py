@@ -4,7 +4,8 @@ the files, and for the readers that find or link them (report.py, ladder_render.
 from pathlib import Path
 
 TABLES, FIGURES = "tables", "figures"
-FIT, SCAN = "_fit", "_lr_scan"  # a ladder's fit table, a declared study's LR scan: suffixes of their names
+# a ladder's fit table and decision accuracy, a declared study's LR scan: suffixes of their names
+FIT, DECISION, SCAN = "_fit", "_decision", "_lr_scan"
 
 
 def table_path(results_dir, name: str, ext: str = "md") -> Path:

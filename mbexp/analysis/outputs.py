@@ -1,11 +1,12 @@
-"""The files `make table` writes: tables/<exp>.{md,csv,tex}, figures/<exp>_<figure>.png, tables/claims.{md,csv},
+"""The files `make table` writes: tables/<exp>.{md,csv,tex}, figures/<exp>_<figure>.png, a ladder's fit and decision
+accuracy (tables/<exp>_fit.*, tables/<exp>_decision.*), tables/claims.{md,csv},
 and per declared study with scan runs tables/<study>_lr_scan.{md,csv} and figures/<study>_lr_scan.png."""
 
 from pathlib import Path
 
-from mbexp.analysis import figures, ladder_render, lr_scan, render, report, scaling
+from mbexp.analysis import decision, figures, ladder_render, lr_scan, render, report, scaling
 from mbexp.analysis.claims import Result
-from mbexp.analysis.files import FIT, SCAN, figure_path, table_path
+from mbexp.analysis.files import DECISION, FIT, SCAN, figure_path, table_path
 from mbexp.analysis.table import Table
 from mbexp.claims_file import load_studies
 from mbexp.io import atomic_write, write_text
@@ -25,6 +26,7 @@ def write_outputs(results_dir, tables: dict[str, Table], resamples: int = scalin
             paths.append(figure_path(results_dir, f"{exp}_{name}"))
             atomic_write(paths[-1], lambda tmp, fig=fig: figures.save(fig, tmp))
         paths += write_ladder(results_dir, table, resamples)  # a ladder: tables/<exp>_fit.*, figures/<exp>_ladder.png
+        paths += write_decision(results_dir, table)  # and tables/<exp>_decision.*, figures/<exp>_decision.png
         written[exp] = paths
     return written
 
@@ -43,6 +45,21 @@ def write_ladder(results_dir, table: Table, resamples: int = scaling.RESAMPLES) 
     write_text(paths[-1], ladder_render.to_csv(ladder))
     paths.append(figure_path(results_dir, f"{ladder.experiment}_ladder"))
     fig = ladder_render.plot(ladder)
+    atomic_write(paths[-1], lambda tmp: figures.save(fig, tmp))
+    return paths
+
+
+def write_decision(results_dir, table: Table) -> list[Path]:
+    """For a ladder with two rungs to compare: tables/<exp>_decision.{md,csv} and figures/<exp>_decision.png."""
+    found = decision.decisions_of(table)
+    if found is None:
+        return []
+    name = table.experiment + DECISION
+    paths = [table_path(results_dir, name, ext) for ext in ("md", "csv")]
+    write_text(paths[0], decision.to_markdown(table.experiment, found))
+    write_text(paths[1], decision.to_csv(found))
+    paths.append(figure_path(results_dir, name))
+    fig = decision.plot(table.experiment, found)
     atomic_write(paths[-1], lambda tmp: figures.save(fig, tmp))
     return paths
 

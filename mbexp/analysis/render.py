@@ -5,7 +5,7 @@ import re
 
 import pandas as pd
 
-from mbexp.analysis import stats
+from mbexp.analysis import equivalent, stats
 from mbexp.analysis.table import SENSITIVITY_AXES, Table, setting, short
 from mbexp.declarations import BASELINE, BETTER, EQUIVALENT, UNRESOLVED, WORSE
 from mbexp.run.summary import FLOPS_FORMULA, N_MATMUL
@@ -67,6 +67,8 @@ def display(table: Table) -> pd.DataFrame:
     for value in table.columns:
         name = f"{short(table.column)}={setting(value)}"
         cols[name] = [_cell(x, n) for x, n in zip(rows[name], rows[f"{name} n"])]
+    if "ceq" in rows:
+        cols[f"compute-eq. ({CI} CI)"] = [equivalent.text(row) for _, row in rows.iterrows()]
     if "sensitivity" in rows:
         cols[f"warm-up sens. ({CI} CI)"] = [_sensitivity(row) for _, row in rows.iterrows()]
     if rows["slow_start"].astype(bool).any():
@@ -121,7 +123,8 @@ def caption(table: Table) -> str:
     why = "the largest budget" if table.column == "train.steps" else "the most common value; ties: the largest"
     where = f"; Δ and marks at {table.column}={setting(table.reference)} ({why})" if table.column else ""
     split = "test split" if table.split == "test" else "validation split (these runs have no test split)"
-    return f"**{table.experiment}** — {budget}{where}; final log-ppl on the {split}."
+    regime = f" {table.regime}" if table.regime else ""
+    return f"**{table.experiment}** — {budget}{where}; final log-ppl on the {split}.{regime}"
 
 
 def legend(table: Table) -> str:
@@ -145,6 +148,11 @@ def legend(table: Table) -> str:
         parts.append(f"{short(table.column)}=v: mean final {split} log-ppl (n) at {table.column}=v"
                      + (", each at its own validation-chosen value" if table.tuned else "")
                      + " (div.: every run diverged).")
+    if "ceq" in table.rows:
+        parts.append("compute-eq.: the compute at which the baseline, its mean loss linear in log compute between "
+                     "its budgets, reaches the row's mean loss, over the row's compute (>1: the row saves compute), "
+                     f"with a {CI} paired bootstrap interval over seeds; >b× (extrap. …): beyond the baseline's "
+                     "largest budget (b), so only the bound is measured and the number is an extrapolation.")
     if table.column in SENSITIVITY_AXES and len(table.columns) > 1:
         parts.append("warm-up sens.: final log-ppl at the smallest warm-up minus at the warm-up best on validation, "
                      f"with a {CI} interval over seeds (∞: it diverged).")

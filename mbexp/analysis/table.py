@@ -40,6 +40,7 @@ class Table:
     baselines: dict = field(default_factory=dict)  # label -> its own baseline row (a ladder: the same size), or None
     seed_deltas: dict = field(default_factory=dict)  # label -> per-seed Δ vs the baseline (Series by seed)
     notes: list = field(default_factory=list)  # lines under the table: precision, device or compile mixed
+    regime: str = ""  # its corpus's n-gram baselines and its scale (analysis.regime), under the caption
 
     @property
     def report(self) -> str:
