@@ -191,7 +191,7 @@ def _tables(args) -> int:
                 return 2
         tables = table.tables_for(runs, dict(args.baseline), tune=args.tune, margin=args.margin)
         studies.annotate(tables, args.results)  # a declared study's rows: the LR its scan chose
-        regime.annotate(tables)  # each caption's n-gram baselines and scale
+        regime.annotate(tables, args.results)  # each caption's n-gram baselines and scale
         equivalent.annotate(tables)  # with several budgets: the compute-equivalent multiplier per row
         # claims compare experiments: --only leaves them, and their files, alone
         verdicts = [] if args.only else claims.evaluate_file(args.results, tables)

@@ -193,12 +193,15 @@ def test_a_caption_finds_its_corpus_cache_from_the_runs_identity(bigtxt_tokens, 
     for seed in range(2):
         write_run(tmp_path, BASE, seed=seed, extra={"data.name": "bigtxt", "data.vocab_size": BIGTXT_TEST_VOCAB})
     tables = table.build_tables(tmp_path)
-    regime.annotate(tables, cache_dir=str(bigtxt_tokens.path.parent))
+    regime.annotate(tables, tmp_path, cache_dir=str(bigtxt_tokens.path.parent))
     found = ngram.cached(bigtxt_tokens)
     assert f"unigram {found.test['unigram']:.2f} (add-one)" in render.caption(tables["quick"])
     assert "vocab 512, test split" in tables["quick"].regime and "corpus bigtxt." in tables["quick"].regime
     assert found.test["trigram"] < found.test["bigram"] < found.test["unigram"]
-    regime.annotate(tables, cache_dir=str(tmp_path / "elsewhere"))
+    kept = tables["quick"].regime
+    regime.annotate(tables, tmp_path, cache_dir=str(tmp_path / "elsewhere"))  # no cache: the kept baselines
+    assert tables["quick"].regime == kept and len(list((tmp_path / "baselines").glob("bigtxt-*.json"))) == 1
+    regime.annotate(tables, tmp_path / "fresh", cache_dir=str(tmp_path / "elsewhere"))  # neither
     assert "not available: token cache" in tables["quick"].regime
     assert data_main([f"data.vocab_size={BIGTXT_TEST_VOCAB}", f"data.cache_dir={bigtxt_tokens.path.parent}"]) == 0
     assert f"n-gram test   {found.text('test')} nats/token" in capsys.readouterr().out

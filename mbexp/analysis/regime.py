@@ -1,7 +1,9 @@
 """What a table's losses mean to a reader: the n-gram baselines of its corpus (mbexp.ngram) and its scale line."""
 
 import dataclasses
+import json
 from functools import cache
+from pathlib import Path
 
 import pandas as pd
 
@@ -19,14 +21,20 @@ def data_config(identity: dict, cache_dir: str) -> DataConfig:
     return DataConfig(**given, cache_dir=cache_dir)
 
 
-def _baselines(cfg: DataConfig):
-    """The n-gram baselines of `cfg`'s token cache, or the reason there are none (a string)."""
-    return _baselines_of(tuple(dataclasses.asdict(cfg).items()))
+BASELINES = "baselines"  # <results>/baselines/<token cache>.json: the n-gram baselines tables quote
+
+
+def _baselines(cfg: DataConfig, results_dir):
+    """The n-gram baselines of `cfg`'s token cache, or the reason there are none (a string): computed from the cache
+    where it is built (and kept under <results>/baselines/, so a checkout without the cache tables the same), else
+    read from there."""
+    return _baselines_of(tuple(dataclasses.asdict(cfg).items()), str(results_dir))
 
 
 @cache  # one corpus read per data config, however many tables share it
-def _baselines_of(items: tuple):
+def _baselines_of(items: tuple, results_dir: str):
     from mbexp import ngram
+    from mbexp.io import write_json
     from mbexp.token_cache import cache_path, load_cache
 
     cfg = DataConfig(**dict(items))
@@ -34,10 +42,16 @@ def _baselines_of(items: tuple):
         path = cache_path(cfg)
     except CorpusError as exc:
         return f"the corpus is not available here ({exc})"
+    kept = Path(results_dir, BASELINES, f"{path.name}.json")
     data = load_cache(path, warn=False)
-    if data is None:
+    if data is not None:
+        found = ngram.cached(data)
+        write_json(kept, dataclasses.asdict(found))
+        return found
+    try:
+        return ngram.Baselines(**json.loads(kept.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError):
         return f"token cache {path} not built here (python -m mbexp.data data={cfg.name} builds it)"
-    return ngram.cached(data)
 
 
 def regime_text(found, *, corpus: str, vocab: int, split: str) -> str:
@@ -73,11 +87,12 @@ def scale_line(rows: pd.DataFrame, corpus: str) -> str:
             f"seen, {_span(ratio, lambda x: f'{x:.2g}')} tokens/param, corpus {corpus}")
 
 
-def annotate(tables: dict[str, Table], cache_dir: str = DataConfig.cache_dir) -> None:
+def annotate(tables: dict[str, Table], results_dir, cache_dir: str = DataConfig.cache_dir) -> None:
     """Set each table's `regime`: its corpus's n-gram baselines and its scale line."""
     for table in tables.values():
         identity = next((i for i in table.runs["identity"] if isinstance(i, dict)), {})  # none: an old summary
         cfg = data_config(identity, cache_dir)
         corpus = f"{cfg.name}" + (f" ({cfg.path})" if cfg.path else "")
-        table.regime = (f"{regime_text(_baselines(cfg), corpus=corpus, vocab=cfg.vocab_size, split=table.split)} "
+        found = _baselines(cfg, results_dir)
+        table.regime = (f"{regime_text(found, corpus=corpus, vocab=cfg.vocab_size, split=table.split)} "
                         f"Scale: {scale_line(table.rows, corpus)}.")
