@@ -25,6 +25,10 @@ def readme_block(results: list[Result], trends: list[dict] = ()) -> str:
     shown = confirmatory or results
     lines = [f"| claim | read at | verdict ({shown[0].standing}) | comparisons | qualified by |",
              "|:---|:---|:---|:---|:---|"] + [readme_row(group) for group in budget_groups(shown)]
+    scales = {r.claim.experiment: r.regime.partition("Scale: ")[2].rstrip(".") for r in shown if r.regime}
+    lines += ["", "Scale of each experiment read above (non-embedding parameters, tokens, tokens per parameter, "
+              "corpus; its n-gram baselines: the table's caption): " + "; ".join(
+                  f"`{e}` {scale}" for e, scale in scales.items() if scale) + "."] if scales else []
     if ladder := readme_ladder_lines(trends):
         lines += ["", "| size-ladder fit | read at | trend (exploratory) | qualified by |", "|:---|:---|:---|:---|",
                   *ladder]

@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from mbexp.analysis import example, stats
+from mbexp.analysis import example, regime, stats
 from mbexp.analysis.claims import Comparison, Result, evaluate, load_claims, seed_range, short
 from mbexp.analysis.files import FIT, SCAN, found
 from mbexp.analysis.ladder_render import ladder_markdown, ladder_trends, lr_ladders_markdown
@@ -245,6 +245,7 @@ def claim_section(r: Result) -> list[str]:
     lines += [f"- study `{claim.study}`: " + ", ".join(f"{k} {v}" for k, v in claim.protocol.items())] \
         if claim.study else []
     lines += [f"- note: {claim.note}"] if claim.note else []
+    lines += [f"- regime: {r.regime}"] if r.regime else []
     lines += [f"- **verdict: {r.verdict}** ({r.standing}: {r.runs_declared} of {r.runs_read} runs read launched "
               f"under digest `{claim.digest}`)",
               f"- conditions not met: {'; '.join(r.unmet) or 'none'}",
@@ -290,7 +291,11 @@ def splice(text: str, begin: str, end: str, block: str) -> str:
 def generate(results_dir, claims_path) -> list[Result]:
     tables = build_tables(results_dir)
     annotate(tables, results_dir)  # a declared study's rows: the LR its scan chose
-    return evaluate(load_claims(claims_path), tables, History(claims_path))
+    regime.annotate(tables, results_dir)  # each table's n-gram baselines and scale
+    results = evaluate(load_claims(claims_path), tables, History(claims_path))
+    for r in results:  # the regime of the runs each verdict reads, stated beside it
+        r.regime = getattr(tables.get(r.claim.experiment), "regime", "")
+    return results
 
 
 def blocks(results_dir, claims_path) -> dict[str, tuple[str, str, str]]:

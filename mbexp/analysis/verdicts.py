@@ -66,6 +66,7 @@ class Result:
     added: list = field(default_factory=list)  # the same comparisons on every seed present, when beyond the plan
     runs_read: int = 0
     runs_declared: int = 0  # of runs_read, those launched under the claim by the provenance rule
+    regime: str = ""  # the n-gram baselines and scale of the runs read (analysis.regime), for the reader
 
 
 def outcome(claim: Claim, c: Comparison) -> str:
