@@ -2,6 +2,7 @@
 
 from types import SimpleNamespace
 
+import pandas as pd
 import pytest
 from test_claims import BASE_LOSS, BIG, A, B, result
 from test_table import BASE, write_run
@@ -56,3 +57,48 @@ def test_a_claim_is_not_tested_only_when_none_of_its_comparisons_could_be():
     assert of("untested", "contradicts") == "disagrees"
     assert of("untested", "supports") == "not resolved"  # every comparison must support to agree
     assert of("supports", "supports") == "agrees"
+
+
+def test_a_studys_comparisons_share_one_holm_family_beside_each_claims_own():
+    from mbexp.analysis.verdicts import Comparison, study_family
+
+    def comparison(delta: float, p: float) -> Comparison:
+        samples = (delta + 0.004 * pd.Series([-1.0, 1.0, -0.5, 0.5, -0.2, 0.2]),)  # far outside ±0.02: no TOST
+        iv = stats.Interval(delta, delta - 0.01, delta + 0.01, se=0.004, df=5, p=p, method="paired", samples=samples)
+        return Comparison("r", "b", iv, iv, None, 6, p_holm=p, mark="better" if p < 0.05 else "not resolved")
+
+    def claimed(study: str, *cs) -> SimpleNamespace:
+        claim = SimpleNamespace(study=study, margin=0.02, statistic="delta")
+        return SimpleNamespace(claim=claim, comparisons=list(cs))
+
+    a, b = claimed("s", comparison(-0.05, 0.01), comparison(-0.05, 0.02)), claimed("s", comparison(-0.05, 0.03))
+    alone = claimed("", comparison(-0.05, 0.04))
+    study_family([a, alone, b])
+    # Holm over the study's three p (0.01, 0.02, 0.03): 0.03, 0.04, 0.04 in that order
+    assert [c.p_holm_study for c in (*a.comparisons, *b.comparisons)] == pytest.approx([0.03, 0.04, 0.04])
+    assert [c.mark_study for c in (*a.comparisons, *b.comparisons)] == ["better"] * 3
+    assert alone.comparisons[0].p_holm_study != alone.comparisons[0].p_holm_study  # no study: NaN
+    wide = claimed("t", *(comparison(-0.05, 0.02) for _ in range(3)))
+    study_family([wide])
+    assert {c.mark_study for c in wide.comparisons} == {"not resolved"}  # 0.06 after Holm over three
+
+
+def test_a_better_claim_is_contradicted_only_beyond_the_margin_and_inside_it_reads_equivalent():
+    from mbexp.analysis.verdicts import Comparison, outcome
+
+    better = SimpleNamespace(hypothesis="better", statistic="delta", margin=0.02)
+
+    def compared(delta, p_holm, tost_holm, beyond_holm) -> Comparison:
+        iv = stats.Interval(delta, delta - 0.007, delta + 0.007, se=0.003, df=5, p=p_holm, method="paired")
+        c = Comparison("r", "b", iv, iv, None, 6, p_holm=p_holm, tost_holm=tost_holm, beyond_holm=beyond_holm)
+        c.mark = stats.mark(delta, p_holm, tost_holm)
+        return c
+
+    inside = compared(+0.0087, 0.01, 0.001, 1.0)  # resolved worse than 0, but inside ±0.02: SwiGLU at 780 steps
+    assert inside.mark == "equivalent" and outcome(better, inside) == "open"
+    short = compared(+0.02, 0.001, 0.5, 0.9)  # resolved worse, not equivalent, not beyond the margin
+    assert short.mark == "worse" and outcome(better, short) == "open"
+    beyond = compared(+0.14, 0.0001, 1.0, 0.0001)  # GLU: resolved worse beyond the margin
+    assert beyond.mark == "worse" and outcome(better, beyond) == "contradicts"
+    gain = compared(-0.027, 0.009, 0.4, 0.3)
+    assert gain.mark == "better" and outcome(better, gain) == "supports"

@@ -23,6 +23,7 @@ from mbexp.analysis.verdicts import (
     seed_range,
     short,
     standing,
+    study_family,
     verdict,
 )
 from mbexp.claims_file import claims_path
@@ -47,8 +48,10 @@ __all__ = ["Claim", "ClaimsError", "Comparison", "Result", "load_claims", "parse
 def evaluate(claims: list[Claim], tables: dict[str, Table], history: History | None = None) -> list[Result]:
     """Each claim's result; its standing by the provenance rule against `history` (None: no git history, so
     exploratory)."""
-    return [evaluate_claim(claim, tables.get(claim.experiment), history, scan_runs(claim, tables))
-            for claim in claims]
+    results = [evaluate_claim(claim, tables.get(claim.experiment), history, scan_runs(claim, tables))
+               for claim in claims]
+    study_family(results)
+    return results
 
 
 def evaluate_file(results_dir, tables: dict[str, Table]) -> list[Result]:

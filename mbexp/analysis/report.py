@@ -155,9 +155,9 @@ LEGEND = (
 CSV_COLUMNS = ["claim", "digest", "standing", "runs_read", "runs_declared", "experiment", "read_at", "hypothesis",
                "statistic", "margin", "row", "baseline", "n", "delta", "ci_low", "ci_high", "ci90_low", "ci90_high",
                "ci_method", "p", "p_holm", "p_permutation", "p_permutation_holm", "tost_p_holm", "beyond_p_holm",
-               "mark", "outcome", "seeds_needed", "seed_deltas", "slow_start", "verdict", "conditions_unmet",
-               "seeds_planned", "seeds_present", "n_all_seeds", "delta_all_seeds", "ci_low_all_seeds",
-               "ci_high_all_seeds", "p_holm_all_seeds", "mark_all_seeds", "qualifiers"]
+               "mark", "p_holm_study", "mark_study", "outcome", "seeds_needed", "seed_deltas", "slow_start",
+               "verdict", "conditions_unmet", "seeds_planned", "seeds_present", "n_all_seeds", "delta_all_seeds",
+               "ci_low_all_seeds", "ci_high_all_seeds", "p_holm_all_seeds", "mark_all_seeds", "qualifiers"]
 
 
 def claims_csv(results: list[Result]) -> str:
@@ -187,6 +187,7 @@ def _comparison_record(c: Comparison) -> dict:
             "ci_high": iv.high, "ci90_low": iv90.low, "ci90_high": iv90.high, "ci_method": iv.method, "p": iv.p,
             "p_holm": c.p_holm, "p_permutation": c.p_permutation, "p_permutation_holm": c.p_permutation_holm,
             "tost_p_holm": c.tost_holm, "beyond_p_holm": c.beyond_holm, "mark": c.mark,
+            "p_holm_study": c.p_holm_study, "mark_study": c.mark_study,
             "outcome": c.outcome, "seeds_needed": c.seeds_needed,
             "seed_deltas": seed_text(c.deltas),
             "slow_start": "; ".join(f"{label} {' '.join(map(str, s))}" for label, s in c.slow.items() if s)}
@@ -257,6 +258,7 @@ def claim_section(r: Result) -> list[str]:
     head = ["comparison", "n", f"Δ ({CI} CI)", f"{stats.LEVEL90:.0%} CI", "p (Holm, family)"]
     head += ["TOST p (Holm)", f"beyond ±{claim.margin:g} p (Holm)"] if equivalence else []
     head += ["mark", "says", "seeds needed", "per-seed Δ"]
+    head += ["p (Holm, study) and mark"] if claim.study else []
     lines += ["| " + " | ".join(head) + " |", "|" + "|".join([":---"] + ["---:"] * (len(head) - 1)) + "|"]
     for c in r.comparisons:
         iv = c.interval
@@ -267,7 +269,11 @@ def claim_section(r: Result) -> list[str]:
         slow = set().union(*c.slow.values())  # a trend's: the seeds slow at any size of its row or baseline
         deltas = " ".join(f"{s}: {d:+.3f}" + ("*" if s in slow else "") for s, d in c.deltas.items())
         cells += [c.mark, c.outcome, _seeds_needed(c.seeds_needed), deltas or "—"]
+        cells += [f"{fmt(c.p_holm_study, '.3f')} {c.mark_study}"] if claim.study else []
         lines.append("| " + " | ".join(cells) + " |")
+    if claim.study:
+        lines += ["", f"p (Holm, study): Holm over every comparison of study `{claim.study}`, all its claims and "
+                  "budgets (the verdict reads the claim's own family)."]
     if trend:
         lines += ["", "Δ: the mean per-seed slope of Δ over ln N; p: the larger of the slope t-test's and the "
                   "permutation test's, each Holm-adjusted over the family (the permutation p in brackets)."]

@@ -51,6 +51,8 @@ class Comparison:
     p_permutation: float = math.nan  # a trend's permutation p, raw and Holm-adjusted (p_holm: the larger of both)
     p_permutation_holm: float = math.nan
     per_size: dict = field(default_factory=dict)  # a ladder claim's: size -> mean paired Δ over the seeds read
+    p_holm_study: float = math.nan  # Holm over every comparison of the claim's study (study_family), and its mark
+    mark_study: str = ""
 
 
 @dataclass
@@ -86,6 +88,22 @@ def outcome(claim: Claim, c: Comparison) -> str:
         return SUPPORTS
     # against it only when resolved beyond the margin the other way; inside the margin it reads equivalent
     return CONTRADICTS if c.mark in (BETTER, WORSE) and c.beyond_holm < stats.ALPHA else OPEN
+
+
+def study_family(results: list) -> None:
+    """Holm over every comparison of one declared study, all its claims and budgets: each comparison's study-wide
+    p (differences) and mark (TOST for the delta statistic too), shown beside its claim's own family."""
+    by_study: dict = {}
+    for r in results:
+        if r.claim.study:
+            by_study.setdefault(r.claim.study, []).extend((r.claim, c) for c in r.comparisons)
+    for members in by_study.values():
+        p = stats.holm([c.interval.p for _, c in members])
+        tost = stats.holm([stats.tost(c.interval, claim.margin) if claim.statistic == "delta" else math.nan
+                           for claim, c in members])
+        for (_, c), p_study, t_study in zip(members, p, tost):
+            c.p_holm_study = p_study
+            c.mark_study = c.mark if math.isnan(p_study) else stats.mark(c.interval.delta, p_study, t_study)
 
 
 def verdict(comparisons: list[Comparison]) -> str:
