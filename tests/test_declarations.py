@@ -147,6 +147,10 @@ def test_digest_covers_the_test_not_the_prose(tmp_path):
                    {"conditions": {"own_lr": True}}, {"hypothesis": "worse"}):
         assert declarations.parse_claim(entry | change, 0.02, "t").digest != base, change
     assert declarations.parse_claim(entry, 0.05, "t").digest != base  # the file's default margin decides it too
+    # the experiment's config file as parsed: its LR, steps or sweep edited after the runs changes the digest
+    lr = {lr: declarations.parse_claim(entry, 0.02, "t", None, lambda e, lr=lr: {"optim": {"lr": lr}}).digest
+          for lr in (1e-3, 2e-3)}
+    assert len({base, *lr.values()}) == 3
     studies = {"s": {"experiment": "e", "lr_grid": [0.001, 0.003], "seeds": [0, 1, 2]}}
     with_study = declarations.parse_claim(entry | {"study": "s"}, 0.02, "t", studies).digest
     studies["s"]["lr_grid"] = [0.001]
