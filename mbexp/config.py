@@ -233,10 +233,10 @@ def unknown_key(key: str) -> str:
 SPEC_KEYS = {  # each ModelSpec field and the config key it is read from (vocab_size: the tokenizer's)
     **{name: f"model.{name}" for name in ("d_model", "n_layers", "n_heads", "n_kv_heads", "seq_len", "pos", "rope_base",
                                           "tie_embeddings", "bias", "qk_norm", "emb_scale", "logit_softcap",
-                                          "attn_softcap", "zero_init_proj", "param", "init", "base_d_model")},
+                                          "attn_softcap", "zero_init_proj")},
     "norm": "norm.name", "norm_eps": "norm.eps", "norm_bias": "norm.bias", "norm_alpha_init": "norm.alpha_init",
     "placement": "placement.name", "ffn": "ffn.name", "ffn_gelu": "ffn.gelu", "hidden": "hidden.name",
-    "hidden_multiple_of": "hidden.multiple_of"}
+    "hidden_multiple_of": "hidden.multiple_of", **{k: f"model.{k}" for k in ("param", "init", "base_d_model")}}
 
 
 def model_spec(cfg: Config, vocab_size: int):
