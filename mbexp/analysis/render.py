@@ -136,9 +136,9 @@ def legend(table: Table) -> str:
         "paired by seed when ≥2 seeds are shared (same seed = same data order, and same-shaped models share their "
         "initialisation, so pairing removes that noise), Welch otherwise; the CSV has both.",
         f"p (Holm): two-sided t-test p of Δ = 0, Holm–Bonferroni adjusted over {_family(table)}.",
-        f"mark: better / worse when the adjusted p < {stats.ALPHA:g}; equiv. ±{m}: two one-sided tests "
-        f"(Holm-adjusted p < {stats.ALPHA:g}) "
-        f"put Δ within ±{m} nats; not resolved otherwise — an interval that contains 0 is not agreement.",
+        f"mark: equiv. ±{m} when two one-sided tests (Holm-adjusted p < {stats.ALPHA:g}) put Δ within ±{m} nats, "
+        f"read first; else better / worse when the adjusted p < {stats.ALPHA:g}; not resolved otherwise — an "
+        "interval that contains 0 is not agreement.",
     ]
     if table.tuned:
         parts.append(f"{short(table.tuned)} (tried): the {table.tuned} value with the lowest mean validation loss "
