@@ -226,7 +226,7 @@ class Uniform(torch.nn.Module):
 def test_bits_per_byte_is_the_loss_in_bits_over_the_bytes_the_tokens_stand_for():
     """Vocabulary 8 at 3 bits a token, 16 tokens of 2 bytes each: 1.5 bits per byte, log-ppl ln 8 nats."""
     y = torch.tensor([[0, 1, 2, 3, 4, 5, 6, 7]] * 2)
-    batches = SimpleNamespace(val_batches=lambda size, split: iter([(y, y)]), bytes_per_token=np.full(8, 2))
+    batches = SimpleNamespace(val_batches=lambda *_: iter([(y, y)]), bytes_per_token=np.full(8, 2))
     loss, bpb = evaluate(Uniform(8), batches, torch.device("cpu"), "fp32", batch_size=2)
     assert loss == pytest.approx(math.log(8)) and bpb == pytest.approx(1.5)
 
