@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # golden tests compare with committed outputs: stability, not correctness
 FAST_NOT_GOLDEN = "not slow and not golden"
 COPY_IGNORE = (".git", ".venv", "__pycache__", ".pytest_cache", ".ruff_cache", "wandb", "data_cache", "*.egg-info",
-               "wheelhouse")
+               "wheelhouse", "mutants")
 
 
 @dataclass(frozen=True)
