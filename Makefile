@@ -15,7 +15,7 @@ PYTHON_WHEELS ?= $(shell for p in python$(PY) $(HOME)/.pyenv/versions/$(PY)*/bin
 
 .DEFAULT_GOAL := help
 .PHONY: help install test test-fast lint quickstart table report data bench bench-full gpu-check wheelhouse \
-        check-wheelhouse grad-at-init coord-check clean clean-runs mutants study
+        check-wheelhouse grad-at-init coord-check clean clean-runs mutants mutants-full study
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -45,6 +45,9 @@ lint: install ## ruff check of the package, scripts and tests
 
 mutants: install ## mutation check: each declared break of the core must fail its tests (ARGS=--only NAME,...)
 	$(BIN)/python scripts/mutants.py $(ARGS)
+
+mutants-full: install ## mutmut's mutants of the core -> results/mutation/report.md; resumes (MODULES=mbexp/x.py JOBS=1)
+	$(BIN)/python scripts/mutation_score.py run $(if $(MODULES),--modules $(MODULES)) --jobs $(or $(JOBS),1)
 
 quickstart: install ## set up, run the quickstart sweep on the embedded corpus, print its table
 	$(BIN)/python -m mbexp.train -m +experiment=quickstart

@@ -14,6 +14,7 @@ from mbexp.analysis.files import DECISION, FIT
 RESULTS = REPO / "results"
 
 
+@pytest.mark.golden
 def test_grad_at_init_reproduces_its_committed_table_and_figure(tmp_path):
     proc = subprocess.run([sys.executable, "scripts/grad_at_init.py", "--out", str(tmp_path)], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
@@ -43,6 +44,7 @@ def _table_experiment(table: Path) -> str:
     return table.stem.removesuffix(FIT).removesuffix(DECISION)
 
 
+@pytest.mark.golden
 def test_make_table_regenerates_the_committed_tables(tmp_path):
     tables = committed("tables")
     if not tables:
@@ -66,6 +68,7 @@ def test_make_table_regenerates_the_committed_tables(tmp_path):
         assert filecmp.cmp(again, path, shallow=False), f"{path.relative_to(REPO)} differs when regenerated"
 
 
+@pytest.mark.golden
 def test_readme_claims_and_results_page_are_what_make_report_writes():
     """No hand-written verdict: the README's claims block and docs/results.md are generated (`make report`)."""
     proc = subprocess.run([sys.executable, "scripts/make_report.py", "--check"], cwd=REPO, capture_output=True,

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from mbexp.config import compose_config, to_object
+from mbexp.config import OptimConfig, compose_config, to_object
 from mbexp.run.identity import config_hash, identity, row_name, run_dir, variant_name
-from mbexp.schedule import lr_at
+from mbexp.schedule import lr_at, lr_for
 from mbexp.train import normalize_argv
 
 
@@ -28,6 +28,27 @@ def test_no_warmup_starts_at_full_lr_and_other_schedules():
     assert lr_at(77, lr=2.0, warmup_steps=5, total_steps=100, schedule="constant") == 2.0
     with pytest.raises(ValueError, match="cosine, linear, constant"):
         lr_at(50, lr=1.0, warmup_steps=0, total_steps=100, schedule="step")
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "linear"])
+def test_a_decay_of_one_step_reaches_the_floor_at_the_last_step_and_of_none_holds_the_peak(schedule):
+    kw = dict(lr=1.0, warmup_steps=3, schedule=schedule, min_lr_ratio=0.1)
+    assert [lr_at(s, total_steps=5, **kw) for s in (3, 4)] == pytest.approx([1.0, 0.1])
+    assert lr_at(3, total_steps=4, **kw) == 1.0
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "linear", "wsd"])
+def test_past_its_last_step_the_lr_stays_at_the_floor(schedule):
+    kw = dict(lr=1.0, warmup_steps=10, total_steps=100, schedule=schedule, min_lr_ratio=0.1)
+    assert [lr_at(s, **kw) for s in (99, 100, 130)] == pytest.approx([0.1, 0.1, 0.1])
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "wsd"])
+def test_lr_at_defaults_to_the_optim_configs_schedule_settings(schedule):
+    """lr_at's keyword defaults (floor, cool-down fraction and shape, cosine) are OptimConfig's."""
+    chosen = {} if schedule == "cosine" else {"schedule": schedule}
+    by_default = [lr_at(s, lr=1.0, warmup_steps=10, total_steps=100, **chosen) for s in range(100)]
+    assert by_default == [lr_for(OptimConfig(lr=1.0, warmup_steps=10, **chosen), s, 100) for s in range(100)]
 
 
 def resolved(c, auto: str = "bf16"):

@@ -9,7 +9,7 @@ from tiny import clean, mbexp_train, metrics, overrides
 
 from mbexp.config import OptimConfig, TrainConfig, compose_config, to_object
 from mbexp.run.identity import run_dir
-from mbexp.schedule import cooldown_start, lr_at, wsd_problem
+from mbexp.schedule import cooldown_start, lr_at, lr_for, valid_budgets, wsd_problem
 from mbexp.trainer import train
 
 WSD = ["optim.schedule=wsd", "device=cpu", "compile=false", "train.eval_every=10", "train.log_every=3"]
@@ -61,13 +61,29 @@ def test_a_cool_down_may_start_right_after_the_warm_up_not_inside_it():
      "a 20-step wsd run cools down from step 16 (optim.cooldown_fraction=0.2), which must come after "
      "optim.warmup_steps=30"),
     (["optim.schedule=wsd", "optim.cooldown_fraction=1.5"], "optim.cooldown_fraction=1.5 must lie strictly between"),
-    (["optim.schedule=wsd", "optim.cooldown_shape=cubic"], "optim.cooldown_shape='cubic' is not valid; choose one"),
+    (["optim.schedule=wsd", "optim.cooldown_fraction=0"], "optim.cooldown_fraction=0.0 must lie strictly between"),
+    (["optim.schedule=wsd", "optim.cooldown_fraction=1"], "optim.cooldown_fraction=1.0 must lie strictly between"),
+    (["optim.schedule=wsd", "optim.cooldown_shape=cubic"],
+     "optim.cooldown_shape='cubic' is not valid; choose one of: linear, sqrt"),
 ])
 def test_bad_budgets_stop_with_one_line(args, message):
     from mbexp.config import ConfigError
 
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
         to_object(compose_config(args))
+
+
+def test_the_trainers_lr_follows_the_configs_cool_down_fraction_and_shape():
+    o = OptimConfig(lr=1.0, warmup_steps=10, schedule="wsd", min_lr_ratio=0.1, cooldown_fraction=0.5,
+                    cooldown_shape="sqrt")
+    # a half-run cool-down starts at step 50 of 100: step 60 is 11/50 of the way down; 0.2 would still hold the peak
+    assert lr_for(o, 60, 100) == pytest.approx(0.1 + 0.9 * (1 - math.sqrt(11 / 50)))
+
+
+def test_a_budget_of_one_step_is_a_positive_step_count():
+    assert valid_budgets([1]) and valid_budgets((1, 400))
+    assert not valid_budgets([0, 400]) and not valid_budgets([400, 400]) and not valid_budgets([]) \
+        and not valid_budgets([2.5])
 
 
 def test_bad_budgets_exit_2_before_any_job(tmp_path, cache):

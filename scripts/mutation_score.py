@@ -1,0 +1,208 @@
+"""Tool-generated mutation score: mutmut over the modules [tool.mutmut] names in pyproject.toml, against the fast
+non-golden tests, and a report read from mutmut's own store (mutants/), so a partial or resumed run reports too.
+
+    python scripts/mutation_score.py run [--modules mbexp/schedule.py ...]   # generate, run what is not yet run
+    python scripts/mutation_score.py count                                   # generate only: mutants per module
+    python scripts/mutation_score.py report [--modules ...]                  # results/mutation/report.{md,json}
+"""
+
+import argparse
+import json
+import os
+import re
+import shlex
+import sys
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STORE = Path("mutants")  # mutmut's working copy and result store, relative to ROOT
+OUT = Path("results/mutation")
+SELECTION = STORE / "mbexp-tests.txt"  # the pytest selection the stored results were run with
+EXPLAINED = OUT / "equivalent.md"  # reviewed survivors: `## <mutant>`, then `- kind:`, `- line:`, `- why:`
+KINDS = ("equivalent", "harmless")  # no observable difference; a difference no user reads (a message's wording)
+CAUGHT = ("killed", "timeout", "caught by type check")
+UNCAUGHT = ("survived", "no tests")
+
+
+def module_of(path: str) -> str:
+    return path.removesuffix(".py").replace("/", ".").removesuffix(".__init__")
+
+
+def selected(modules: list[str] | None, path: str) -> bool:
+    return not modules or any(Path(path).match(m) or path == m or path.startswith(m.rstrip("/") + "/")
+                              for m in modules)
+
+
+def generate(jobs: int) -> None:
+    """mutmut's own generation step: copy the repository into mutants/ and write each module's mutants there."""
+    from mutmut.__main__ import copy_also_copy_files, copy_src_dir, create_mutants, setup_source_paths
+    from mutmut.mutation.trampoline import set_mutant_under_test
+
+    set_mutant_under_test("mutant_generation")
+    STORE.mkdir(exist_ok=True)
+    copy_src_dir()
+    copy_also_copy_files()
+    setup_source_paths()
+    create_mutants(jobs)
+
+
+def run(modules: list[str] | None, jobs: int, tests: list[str] | None, again: bool) -> None:
+    """mutmut run over the mutants of `modules` not yet run, the others keeping their results (a resume); `again`:
+    the survivors instead (after a test was added for them)."""
+    import mutmut.__main__ as mm
+    from mutmut.configuration import config
+    from mutmut.stats import status_by_exit_code
+
+    if tests:  # a narrower test selection than pyproject's; mutmut resets its results when this changes
+        config().pytest_add_cli_args_test_selection = tests
+    STORE.mkdir(exist_ok=True)
+    SELECTION.write_text(shlex.join(config().pytest_add_cli_args_test_selection) + "\n")
+    every = mm.collect_source_file_mutation_data
+
+    def only_selected(*, mutant_names):
+        mutants, by_path = every(mutant_names=mutant_names)
+        keep = {p: m for p, m in by_path.items() if selected(modules, p)}
+        return [t for t in mutants if str(t[0].path) in keep], keep
+
+    mm.collect_source_file_mutation_data = only_selected
+    names = [name for path, meta in load_store().items() if again and selected(modules, path)
+             for name, code in meta["exit_code_by_key"].items() if status_by_exit_code[code] in UNCAUGHT]
+    if again and not names:
+        return
+    mm._run(names, jobs)
+
+
+def load_store() -> dict[str, dict]:
+    """path -> mutmut's .meta of that module (exit code per mutant, None: not yet run)."""
+    store = {}
+    for meta in sorted((STORE / "mbexp").rglob("*.py.meta")):
+        store[str(meta.relative_to(STORE)).removesuffix(".meta")] = json.loads(meta.read_text())
+    return store
+
+
+def load_explanations(text: str) -> dict[str, dict]:
+    """mutant -> {kind, line, why} from the reviewed explanations file."""
+    out = {}
+    for block in re.split(r"^## ", text, flags=re.M)[1:]:
+        name, _, body = block.partition("\n")
+        fields = dict(re.findall(r"^- (kind|line|why): (.*)$", body, re.M))
+        fields["line"] = fields.get("line", "").strip().strip("`")
+        out[name.strip()] = fields
+    return out
+
+
+def mutated_line(diff: str) -> str:
+    """The first added line of a mutant's diff: what an explanation pins, so a renumbered mutant is not excused."""
+    added = [line[1:].strip() for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    return added[0] if added else ""
+
+
+def diff_of(name: str, path: str) -> str:
+    from mutmut.mutation.diff_apply import get_diff_for_mutant
+
+    try:
+        return get_diff_for_mutant(name, path=path)
+    except Exception as e:  # a store older than the source: say so in the report rather than stop
+        return f"(no diff: {e})"
+
+
+def report(modules: list[str] | None) -> dict:
+    from mutmut.stats import status_by_exit_code
+
+    store = load_store()
+    explained = load_explanations(EXPLAINED.read_text()) if EXPLAINED.exists() else {}
+    rows, survivors, pending_elsewhere = [], [], 0
+    for path, meta in store.items():
+        codes = meta["exit_code_by_key"]
+        if not codes:  # a module with nothing to mutate (an __init__ of imports)
+            continue
+        if not selected(modules, path):
+            pending_elsewhere += sum(code is None for code in codes.values())
+            continue
+        counts = Counter(status_by_exit_code[code] for code in codes.values())
+        for name, code in sorted(codes.items(), key=lambda kv: (kv[0].rpartition("__mutmut_")[0],
+                                                                int(kv[0].rpartition("_")[2]))):
+            if status_by_exit_code[code] in UNCAUGHT:
+                diff = diff_of(name, path)
+                note = explained.get(name)
+                if note and note.get("line") != mutated_line(diff):
+                    note = {**note, "kind": "stale", "why": f"explanation pins `{note.get('line')}`"}
+                survivors.append({"module": module_of(path), "mutant": name, "status": status_by_exit_code[code],
+                                  "diff": diff, "explained": note})
+        ok = {s["mutant"] for s in survivors if s["module"] == module_of(path) and s["explained"]
+              and s["explained"].get("kind") in KINDS}
+        run_ = len(codes) - counts["not checked"] - counts["skipped"]
+        caught = sum(counts[s] for s in CAUGHT)
+        rows.append({"module": module_of(path), "generated": len(codes), "killed": counts["killed"],
+                     "survived": counts["survived"], "timeout": counts["timeout"], "no_tests": counts["no tests"],
+                     "other": run_ - caught - counts["survived"] - counts["no tests"],
+                     "not_run": counts["not checked"], "explained": len(ok),
+                     "score": caught / run_ if run_ else None,
+                     "score_explained": (caught + len(ok)) / run_ if run_ else None})
+    not_run = sum(r["not_run"] for r in rows)
+    tests = SELECTION.read_text().strip() if SELECTION.exists() else "?"
+    return {"modules": modules or "all", "tests": tests, "partial": bool(not_run or pending_elsewhere or modules),
+            "not_run": not_run, "not_run_outside": pending_elsewhere, "rows": rows, "survivors": survivors}
+
+
+def pct(x) -> str:
+    return "–" if x is None else f"{x:.0%}"
+
+
+def render(rep: dict) -> str:
+    scope = "every module of [tool.mutmut]" if rep["modules"] == "all" else ", ".join(rep["modules"])
+    lines = ["# Mutation score (mutmut)", "",
+             f"Scope: {scope}. Tests: `{rep['tests']}`.", "",
+             "Generated by `make mutants-full` (scripts/mutation_score.py) from mutmut's store, mutants/.", ""]
+    if rep["partial"]:
+        lines += [f"**Partial run**: {rep['not_run']} mutants of these modules not yet run, "
+                  f"{rep['not_run_outside']} more in the store's other modules"
+                  + (", and the report covers a subset of the modules." if rep["modules"] != "all" else "."), ""]
+    lines += ["| module | generated | killed | survived | timeout | no tests | other | not run | explained "
+              "| score | with explained |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rep["rows"]:
+        lines.append(f"| {r['module']} | {r['generated']} | {r['killed']} | {r['survived']} | {r['timeout']} "
+                     f"| {r['no_tests']} | {r['other']} | {r['not_run']} | {r['explained']} | {pct(r['score'])} "
+                     f"| {pct(r['score_explained'])} |")
+    lines += ["", "score: (killed + timed out) / mutants run; *with explained* also counts the survivors "
+              f"{EXPLAINED} calls equivalent or harmless.", "", "## Survivors", ""]
+    for s in rep["survivors"]:
+        note = s["explained"]
+        tag = f"{note['kind']}: {note.get('why', '')}" if note else "unexplained"
+        lines += [f"### {s['mutant']} ({s['status']}; {tag})", "", "```diff", s["diff"].rstrip(), "```", ""]
+    if not rep["survivors"]:
+        lines.append("None.")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=("run", "count", "report"))
+    parser.add_argument("--modules", nargs="*", help="paths or globs under mbexp/ (default: all of [tool.mutmut])")
+    parser.add_argument("--again", action="store_true", help="run: rerun the survivors, not the mutants not yet run")
+    parser.add_argument("--jobs", type=int, default=1, help="mutants run at once (default 1)")
+    parser.add_argument("--tests", type=shlex.split, help="pytest arguments replacing pyproject's test selection, "
+                        "one string (mutmut resets its results when it changes)")
+    args = parser.parse_args(argv)
+    os.chdir(ROOT)
+    if args.command == "count":
+        generate(args.jobs)
+        counts = {module_of(p): len(m["exit_code_by_key"]) for p, m in load_store().items()}
+        for module, n in counts.items():
+            print(f"{n:6} {module}")
+        print(f"{sum(counts.values()):6} mutants in {len(counts)} modules")
+        return 0
+    if args.command == "run":
+        run(args.modules, args.jobs, args.tests, args.again)
+    rep = report(args.modules)
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "report.json").write_text(json.dumps(rep, indent=1) + "\n")
+    (OUT / "report.md").write_text(render(rep))
+    print(f"{OUT}/report.md: " + ", ".join(f"{r['module']} {pct(r['score'])}" for r in rep["rows"])
+          + (" (partial)" if rep["partial"] else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
