@@ -60,6 +60,9 @@ def test_a_cool_down_may_start_right_after_the_warm_up_not_inside_it():
     (["optim.schedule=wsd", "train.budgets=[20,80]", "optim.warmup_steps=30"],
      "a 20-step wsd run cools down from step 16 (optim.cooldown_fraction=0.2), which must come after "
      "optim.warmup_steps=30"),
+    (["optim.schedule=wsd", "train.steps=20", "optim.warmup_steps=30"],
+     "a 20-step wsd run cools down from step 16 (optim.cooldown_fraction=0.2), which must come after "
+     "optim.warmup_steps=30"),
     (["optim.schedule=wsd", "optim.cooldown_fraction=1.5"], "optim.cooldown_fraction=1.5 must lie strictly between"),
     (["optim.schedule=wsd", "optim.cooldown_fraction=0"], "optim.cooldown_fraction=0.0 must lie strictly between"),
     (["optim.schedule=wsd", "optim.cooldown_fraction=1"], "optim.cooldown_fraction=1.0 must lie strictly between"),
