@@ -307,7 +307,7 @@ def check_environment(configs: list[Config], args: list[str]) -> None:
                               f"{', '.join(options)}")
         if key == "hydra.launcher.n_jobs" and not (value.isdigit() and int(value) > 0 or value == "-1"):
             raise ConfigError(f"hydra.launcher.n_jobs={value} is not valid; give a positive number of jobs "
-                              "(or -1: one per CPU; joblib's other negatives are not offered)")
+                              "(or -1: one per CPU)")
         if key.lstrip("+") == "hydra/launcher" and value == "slurm" and shutil.which("sbatch") is None:
             raise ConfigError("hydra/launcher=slurm needs SLURM (no sbatch on PATH); on this machine use "
                               "hydra/launcher=joblib, or submit from a SLURM login node")

@@ -33,8 +33,8 @@ from pathlib import Path
 import mbexp
 
 # an entry point: its environment defaults, before torch loads; an --omp-child keeps the policy it was given
-if __name__ == "__main__" and "--omp-child" not in sys.argv:
-    print(mbexp.set_entry_defaults([]), file=sys.stderr, flush=True)
+if __name__ == "__main__" and "--omp-child" not in sys.argv:  # said by main once the arguments are known good
+    POLICY = mbexp.set_entry_defaults([])
 
 from mbexp import Parser, speed
 from mbexp.bench.harness import ESTIMATE, ROOT, Bench, log
@@ -108,6 +108,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if policy := globals().get("POLICY"):  # a bad argument gets its error line alone
+        print(policy, file=sys.stderr, flush=True)
     if args.omp_child:
         print(json.dumps(omp_child(args)))
         return 0

@@ -46,12 +46,20 @@ def _baselines_of(items: tuple, results_dir: str):
     data = load_cache(path, warn=False)
     if data is not None:
         found = ngram.cached(data)
-        write_json(kept, dataclasses.asdict(found))
+        if _kept(kept) != found:  # rewritten only when it changes: `make table --only` touches nothing else
+            write_json(kept, dataclasses.asdict(found))
         return found
+    return _kept(kept) or f"token cache {path} not built here (python -m mbexp.data data={cfg.name} builds it)"
+
+
+def _kept(path: Path):
+    """The n-gram baselines kept at `path`, or None (missing or unreadable)."""
+    from mbexp import ngram
+
     try:
-        return ngram.Baselines(**json.loads(kept.read_text(encoding="utf-8")))
+        return ngram.Baselines(**json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, TypeError):
-        return f"token cache {path} not built here (python -m mbexp.data data={cfg.name} builds it)"
+        return None
 
 
 def regime_text(found, *, corpus: str, vocab: int, split: str) -> str:

@@ -3,6 +3,7 @@
 each reading the same Results."""
 
 import math
+from pathlib import Path
 
 import pandas as pd
 
@@ -223,9 +224,10 @@ def results_page(results: list[Result], results_dir, trends: list[dict] = (), co
                             if summaries_of(results_dir, s.scan_experiment)})
     out += ["## Tables and figures", "", "Each experiment's runs and their summed run time (one thread each, from "
             "their summaries; a budget branch without its trunk; two jobs side by side take about half):", ""]
-    out += [f"- `{exp}`: {n} runs, {hours:.1f} run-hours: [table](../results/tables/{exp}.md), "
-            f"[forest plot](../results/figures/{exp}_forest.png)" for exp in experiments
-            for n, hours in [run_hours(results_dir, exp)]]
+    out += [f"- `{exp}`: {n} runs, {hours:.1f} run-hours: [table](../results/tables/{exp}.md)"
+            + (f", [forest plot](../results/figures/{exp}_forest.png)"  # none without a comparison yet
+               if Path(results_dir, "figures", f"{exp}_forest.png").is_file() else "")
+            for exp in experiments for n, hours in [run_hours(results_dir, exp)]]
     return "\n".join(out).rstrip() + "\n"
 
 
