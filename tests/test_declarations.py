@@ -318,6 +318,9 @@ def test_the_provenance_rule_names_why_a_run_does_not_count(tmp_path):
     assert history.declared(claim) == declared_at
     ok = {"declarations": {"glu": claim.digest}, "git_commit": later, "git_clean": True, "git_resumed": []}
     assert problem(ok, claim, history, declared_at) is None
+    mixed = pd.DataFrame([ok, ok | {"git_clean": False}]).assign(label="r")
+    assert standing(claim, mixed, [], history) == ("exploratory", 1, 2)  # one run that does not count is enough
+    assert standing(claim, mixed.iloc[:1], [], history) == ("confirmatory", 1, 1)
     for change, why in [({"declarations": {"glu": "0" * 12}}, "not launched under this declaration"),
                         ({"git_clean": False}, "not launched from a clean tree"),
                         ({"git_clean": None}, "not launched from a clean tree"),

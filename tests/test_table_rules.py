@@ -112,3 +112,15 @@ def test_make_table_exits_1_for_a_bad_baseline_and_2_for_bad_arguments(tmp_path,
         assert exit_.value.code == 2, bad
         assert "error:" in capsys.readouterr().err
     assert not (tmp_path / "tables").exists(), "a bad argument or baseline wrote nothing"
+
+
+def test_an_option_left_off_beside_a_run_that_sets_it_adds_nothing_to_a_row_name(tmp_path):
+    from test_table import BASE, write_run
+
+    from mbexp.analysis import table
+
+    for seed in range(2):  # two runs of one row, the option off (left out of their identity)
+        write_run(tmp_path, BASE, seed=seed)
+    write_run(tmp_path, "rms-pre-relu-matched", seed=0, extra={"model.logit_softcap": 30.0})  # another row sets it
+    labels = set(table.build_tables(tmp_path)["quick"].runs["label"])
+    assert labels == {BASE, "rms-pre-relu-matched"}  # not "... (model.logit_softcap=nan)"

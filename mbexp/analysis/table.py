@@ -107,6 +107,7 @@ def summarize(runs: pd.DataFrame, baseline: str | None = None, *, tune: str = TU
     runs = runs[runs["status"].isin(FINISHED)].copy()
     ident = pd.DataFrame([{k: _hashable(v) for k, v in identity_values(i).items()} for i in runs["identity"]],
                          index=runs.index)
+    ident = ident.astype(object).where(ident.notna(), None)  # an option off stays None beside numbers: NaN != NaN
     swept = [k for k in ident.columns if ident[k].nunique(dropna=False) > 1]
     column, tuned = _axes(ident, swept, tune)
     row_keys = [k for k in swept if k not in (column, tuned)]
