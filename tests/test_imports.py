@@ -144,7 +144,7 @@ def test_the_code_carries_no_issue_numbers_or_version_history():
 
 def test_command_lines_are_the_user_commands_and_scripts_only():
     # docs/contributing.md: python -m mbexp.train / study / data are typed by users; every other command is a script
-    found = {module_name(p, PACKAGE) for p in PACKAGE.rglob("*.py")
+    found = {module_name(p, PACKAGE).removesuffix(".__main__") for p in PACKAGE.rglob("*.py")
              if 'if __name__ == "__main__"' in p.read_text(encoding="utf-8")}
     assert found == {"mbexp.train", "mbexp.study", "mbexp.data"}
 

@@ -1,4 +1,4 @@
-"""A declared LR study end to end (docs/studies.md): scan, choice on validation, planned seeds, the table's chosen
+"""A declared study end to end (docs/studies.md): scan, choice on validation, planned seeds, the table's chosen
 LR and edge flag, the own-LR condition, and the compute against the naive grid."""
 
 import contextlib
@@ -16,11 +16,13 @@ import pytest
 import yaml
 from tiny import REPO, children, group_alive, summaries
 
-from mbexp import study as study_cli
 from mbexp.analysis import lr_scan, studies
 from mbexp.analysis.table import Table, build_tables
-from mbexp.claims_file import ClaimsError, load_studies, parse_studies, parse_study
-from mbexp.declarations import load_claims
+from mbexp.claims import ClaimsError
+from mbexp.claims.parse import load_claims
+from mbexp.study import command as study_cli
+from mbexp.study.protocol import StudyError, choose, row_of, scan_losses
+from mbexp.study.spec import load_studies, parse_studies, parse_study
 
 STUDY = """\
 margin: 0.02
@@ -68,8 +70,8 @@ def test_a_study_reusing_a_scan_inherits_it_and_its_claims_digest_follows_it(tmp
     (tmp_path / "claims.yaml").write_text(text.replace("studies:\n", claim, 1).format(cache="c"))
     found = load_studies(tmp_path)
     tiny, rep = found["tiny"], found["rep"]
-    assert (rep.lr_grid, rep.scan_seeds, rep.budgets, rep.select_at, rep.overrides) == \
-        (tiny.lr_grid, tiny.scan_seeds, tiny.budgets, tiny.select_at, tiny.overrides)
+    assert (rep.grid, rep.scan_seeds, rep.budgets, rep.select_at, rep.overrides) == \
+        (tiny.grid, tiny.scan_seeds, tiny.budgets, tiny.select_at, tiny.overrides)
     assert rep.scan_experiment == "smoke_scan" and rep.experiment == "smoke_rep" and rep.seeds == (3, 4)
     digests = {c.id: c.digest for c in load_claims(tmp_path / "claims.yaml")}
     # the reused scan is part of the replication's declaration: editing its grid edits the replication's claim
@@ -257,8 +259,8 @@ def test_a_row_key_left_out_of_an_identity_at_its_default_is_found(tmp_path):
         run.mkdir(parents=True)
         identity = {"optim.lr": lr} | ({"optim.cooldown_shape": shape} if shape != "linear" else {})
         (run / "summary.json").write_text(json.dumps(SUMMARY | {"identity": identity, "final_val_loss": 5 + lr}))
-    choices = study_cli.choose(load_studies(tmp_path)["tiny"], tmp_path)
-    assert {values: c.lr for values, c in choices.items()} == {("linear",): 1e-3, ("sqrt",): 1e-3}
+    choices = choose(load_studies(tmp_path)["tiny"], tmp_path)
+    assert {values: c.value for values, c in choices.items()} == {("linear",): 1e-3, ("sqrt",): 1e-3}
 
 
 def write_scan(results, losses: dict) -> None:
@@ -279,9 +281,9 @@ def test_the_scan_is_read_at_the_selection_budget_not_the_largest(tmp_path):
                           for lr in (1e-3, 1e-2) for steps in (8, 16)})
     study = load_studies(tmp_path)["tiny"]
     assert study.select_at == 8
-    choices = study_cli.choose(study, tmp_path)
-    assert {values: c.lr for values, c in choices.items()} == {("relu",): 1e-3, ("swiglu",): 1e-3}
-    assert study_cli.scan_losses(study, tmp_path, steps=16)[(("relu",), 1e-2)] == [5.0 - 1e-2]
+    choices = choose(study, tmp_path)
+    assert {values: c.value for values, c in choices.items()} == {("relu",): 1e-3, ("swiglu",): 1e-3}
+    assert scan_losses(study, tmp_path, steps=16)[(("relu",), 1e-2)] == [5.0 - 1e-2]
 
 
 def test_an_unsorted_lr_grid_is_read_sorted_and_its_edges_are_its_ends(tmp_path):
@@ -289,11 +291,11 @@ def test_an_unsorted_lr_grid_is_read_sorted_and_its_edges_are_its_ends(tmp_path)
     (tmp_path / "claims.yaml").write_text(
         STUDY.format(cache="c").replace("lr_grid: [1.0e-3, 1.0e-2]", "lr_grid: [3.0e-3, 1.0e-3, 1.0e-2]"))
     study = load_studies(tmp_path)["tiny"]
-    assert study.lr_grid == (1e-3, 3e-3, 1e-2)
-    write_scan(tmp_path, {("relu", lr, 16): 5.0 + lr for lr in study.lr_grid}
-               | {("swiglu", lr, 16): 5.0 + abs(lr - 3e-3) for lr in study.lr_grid})
-    choices = study_cli.choose(study, tmp_path)
-    assert {v: (c.lr, c.edge) for v, c in choices.items()} == {("relu",): (1e-3, "low"), ("swiglu",): (3e-3, "")}
+    assert study.grid == (1e-3, 3e-3, 1e-2)
+    write_scan(tmp_path, {("relu", lr, 16): 5.0 + lr for lr in study.grid}
+               | {("swiglu", lr, 16): 5.0 + abs(lr - 3e-3) for lr in study.grid})
+    choices = choose(study, tmp_path)
+    assert {v: (c.value, c.edge) for v, c in choices.items()} == {("relu",): (1e-3, "low"), ("swiglu",): (3e-3, "")}
 
 
 def test_a_row_has_its_own_lr_only_when_every_planned_run_is_at_the_chosen_lr(tmp_path):
@@ -325,8 +327,8 @@ def test_a_damaged_scan_summary_is_named_and_counts_as_unfinished(tmp_path, dama
         summary = SUMMARY | {"identity": {"ffn.name": ffn, "optim.lr": lr}} | (damage if i == 0 else {})
         (run / "summary.json").write_text(json.dumps(summary))
     study = load_studies(tmp_path)["tiny"]
-    with pytest.raises(study_cli.StudyError) as err:
-        study_cli.choose(study, tmp_path)
+    with pytest.raises(StudyError) as err:
+        choose(study, tmp_path)
     path = re.escape(str(tmp_path / "runs/smoke_scan/v0/seed=0/summary.json"))
     assert re.search(rf"{path}: [^;]*{re.escape(key)}[^;]*; repair or delete that run folder", str(err.value))
     assert lr_scan.scan_frame(study, tmp_path)["n"].tolist() == [0, 1, 1, 1]  # make table: missing, not an error
@@ -400,7 +402,7 @@ def test_the_study_command_scans_chooses_and_runs_the_planned_seeds(tmp_path, ca
 def test_a_row_key_naming_a_config_group_is_read_by_its_name():
     found = parse_study("tiny", TINY | {"rows": {"data": ["text", "bigtxt"], "ffn": ["relu"], "model.d_model": [32]}},
                         "claims file x")
-    assert study_cli.row_of(found, {"data.name": "text", "ffn.name": "relu", "model.d_model": 32}) == (
+    assert row_of(found, {"data.name": "text", "ffn.name": "relu", "model.d_model": 32}) == (
         "text", "relu", "32")
 
 
@@ -507,3 +509,4 @@ def test_a_killed_study_takes_its_sweep_down_and_its_rerun_resumes(tmp_path, cac
         for sweep in sweeps:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(sweep, signal.SIGKILL)
+
