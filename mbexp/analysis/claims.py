@@ -8,6 +8,7 @@ import pandas as pd
 from mbexp.analysis import stats
 from mbexp.analysis.ladder_claims import ladder_trend
 from mbexp.analysis.provenance import History
+from mbexp.analysis.replication import pool_all
 from mbexp.analysis.table import SENSITIVITY_AXES, Table, cell_runs, losses_at, setting, slow_start_seeds
 from mbexp.analysis.verdicts import (
     LR_EDGE,
@@ -51,6 +52,7 @@ def evaluate(claims: list[Claim], tables: dict[str, Table], history: History | N
     results = [evaluate_claim(claim, tables.get(claim.experiment), history, scan_runs(claim, tables))
                for claim in claims]
     study_family(results)
+    pool_all(results, tables, lambda c, t, pair, seeds: _sides(c, t, pair, _at_value(c, t), seeds))
     return results
 
 

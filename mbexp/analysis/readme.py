@@ -1,8 +1,9 @@
 """The README's claims block (`make report` splices it in): one row per claim, or per study claim over its budgets,
 with its verdict, each comparison's outcome and what qualifies it."""
 
-from mbexp.analysis.claims import Result, short
+from mbexp.analysis.claims import Result, seed_range, short
 from mbexp.analysis.ladder_render import readme_ladder_lines
+from mbexp.analysis.replication import CORRECTION
 from mbexp.analysis.table import setting
 from mbexp.declarations import CONFIRMATORY, CONTRADICTS, EQUIVALENT, EXPLORATORY, SUPPORTS, UNTESTED, VERDICTS
 
@@ -24,9 +25,12 @@ def readme_block(results: list[Result], trends: list[dict] = ()) -> str:
     docs/results.md)."""
     confirmatory = [r for r in results if r.standing == CONFIRMATORY]
     shown = confirmatory or [r for r in results if r.claim.study] or results
+    repeated = {r.claim.replicates for r in shown if r.pooled is not None}
+    shown = [r for r in shown if r.claim.id not in repeated]  # on its replication's row, beside the pooled verdict
     lines = [f"| claim | read at | verdict ({shown[0].standing}) | comparisons | qualified by |",
              "|:---|:---|:---|:---|:---|"] + [readme_row(group) for group in budget_groups(shown)]
-    scales = {r.claim.experiment: r.regime.partition("Scale: ")[2].rstrip(".") for r in shown if r.regime}
+    read = [x for r in shown for x in ([r.pooled.first] if r.pooled is not None else []) + [r]]
+    scales = {r.claim.experiment: r.regime.partition("Scale: ")[2].rstrip(".") for r in read if r.regime}
     lines += ["", "Scale of each experiment read above (non-embedding parameters, tokens, tokens per parameter, "
               "corpus; its n-gram baselines: the table's caption): " + "; ".join(
                   f"`{e}` {scale}" for e, scale in scales.items() if scale) + "."] if scales else []
@@ -52,11 +56,13 @@ SYMBOLS_LEGEND = "✓ supports, ✗ contradicts (resolved beyond the margin the 
     "margin, ? not resolved, – not tested"
 
 
-def comparison_marks(result: Result) -> str:
-    """Each comparison of a claim by its row's short name and a symbol (SYMBOLS; ≈ equivalent, ? open)."""
-    labels = [label for c in result.comparisons for label in (c.row, c.baseline) if label]
+def comparison_marks(result: Result, comparisons: list | None = None) -> str:
+    """Each comparison of a claim (or `comparisons`, e.g. its pooled ones) by its row's short name and a symbol
+    (SYMBOLS; ≈ equivalent, ? open)."""
+    comparisons = result.comparisons if comparisons is None else comparisons
+    labels = [label for c in comparisons for label in (c.row, c.baseline) if label]
     named = []
-    for c in result.comparisons:
+    for c in comparisons:
         name = short(c.row, labels) if result.claim.hypothesis != "ordering" else \
             f"{short(c.row, labels)}<{short(c.baseline, labels)}"
         symbol = SYMBOLS.get(c.outcome) or ("≈" if c.mark == EQUIVALENT else "?")
@@ -79,6 +85,8 @@ def budget_groups(results: list[Result]) -> list[list[Result]]:
 def readme_row(group: list[Result]) -> str:
     """One README row: a claim read at one budget, or at each of its study's budgets with a mark per budget."""
     first = group[0]
+    if first.pooled is not None:
+        return pooled_row(group)
     if len(group) == 1:
         return (f"| {first.claim.claim} | {read_at(first)} | **{first.verdict}** | {comparison_marks(first)} | "
                 f"{', '.join(first.tags) or '—'} |")
@@ -88,3 +96,19 @@ def readme_row(group: list[Result]) -> str:
     marks = "; ".join(f"{s}: {comparison_marks(r)}" for r, s in zip(group, steps))
     tags = sorted({t for r in group for t in r.tags})
     return f"| {first.claim.claim} | {where} | {verdicts} | {marks} | {', '.join(tags) or '—'} |"
+
+
+def pooled_row(group: list[Result]) -> str:
+    """A replication's README row: the pooled verdict per budget, the first study's own beside it."""
+    first, pooled = group[0], [r.pooled for r in group]
+    steps = [dict(r.claim.at).get("train.steps") for r in group]
+    per = [f" ({s})" if s is not None and len(group) > 1 else "" for s in steps]
+    where = f"{pooled[0].first.claim.experiment} + {read_at(first).split(', train.steps=')[0]}" + (
+        f", train.steps={' · '.join(map(str, steps))}" if steps[0] is not None else "")
+    verdicts = " · ".join(f"**{p.verdict}**{b}" for p, b in zip(pooled, per))
+    alone = " · ".join(f"{p.first.verdict}{b}" for p, b in zip(pooled, per))
+    marks = "; ".join(f"{s}: " * (len(group) > 1) + comparison_marks(r, p.comparisons)
+                      for r, p, s in zip(group, pooled, steps))
+    tags = sorted({t for r in group for t in (*r.tags, *r.pooled.first.tags)})
+    return (f"| {pooled[0].first.claim.claim} | {where} | {verdicts}, pooled over seeds {seed_range(pooled[0].seeds)} "
+            f"({CORRECTION}); first study alone: {alone} | {marks} | {', '.join(tags) or '—'} |")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mbexp.analysis import example, regime, stats
+from mbexp.analysis import example, regime, replication, stats
 from mbexp.analysis.claims import Comparison, Result, evaluate, load_claims, seed_range, short
 from mbexp.analysis.files import FIT, SCAN, found
 from mbexp.analysis.ladder_render import ladder_markdown, ladder_trends, lr_ladders_markdown
@@ -90,7 +90,10 @@ def added_text(result: Result) -> str:
 
 
 def verdict_text(result: Result) -> str:
-    """The verdict in bold, its standing beside it."""
+    """The verdict in bold, its standing beside it; a replication's: pooled with the claim it repeats, first."""
+    if (pooled := result.pooled) is not None:
+        return (f"**{pooled.verdict}** ({pooled.standing}) pooled with `{pooled.first.claim.id}` "
+                f"({replication.CORRECTION}); this study alone: {result.verdict}")
     return f"**{result.verdict}** ({result.standing})"
 
 
@@ -158,7 +161,8 @@ CSV_COLUMNS = ["claim", "digest", "standing", "runs_read", "runs_declared", "exp
                "ci_method", "p", "p_holm", "p_permutation", "p_permutation_holm", "tost_p_holm", "beyond_p_holm",
                "mark", "p_holm_study", "mark_study", "outcome", "seeds_needed", "seed_deltas", "slow_start",
                "verdict", "conditions_unmet", "seeds_planned", "seeds_present", "n_all_seeds", "delta_all_seeds",
-               "ci_low_all_seeds", "ci_high_all_seeds", "p_holm_all_seeds", "mark_all_seeds", "qualifiers"]
+               "ci_low_all_seeds", "ci_high_all_seeds", "p_holm_all_seeds", "mark_all_seeds",
+               *replication.CSV_COLUMNS, "qualifiers"]
 
 
 def claims_csv(results: list[Result]) -> str:
@@ -177,7 +181,7 @@ def claims_csv(results: list[Result]) -> str:
             records.append(claim | ({} if c is None else _comparison_record(c)) | ({} if added is None else {
                 "n_all_seeds": added.n, "delta_all_seeds": added.interval.delta,
                 "ci_low_all_seeds": added.interval.low, "ci_high_all_seeds": added.interval.high,
-                "p_holm_all_seeds": added.p_holm, "mark_all_seeds": added.mark}))
+                "p_holm_all_seeds": added.p_holm, "mark_all_seeds": added.mark}) | replication.csv_fields(r, i))
     frame = pd.DataFrame(records, columns=CSV_COLUMNS)
     return frame.to_csv(index=False, float_format="%.6f", lineterminator="\n")
 
@@ -285,7 +289,7 @@ def claim_section(r: Result) -> list[str]:
         lines += [f"| {name(r, c)} | {c.n} | {fmt(c.interval.delta, '+.4f')} "
                   f"{_interval(c.interval.low, c.interval.high)} | {fmt(c.p_holm, '.3f')} | {c.mark} |"
                   for c in r.added]
-    return lines + [""]
+    return lines + [""] + replication.section(r, lambda c: name(r, c), fmt)
 
 
 def splice(text: str, begin: str, end: str, block: str) -> str:
