@@ -1,7 +1,7 @@
-"""Declared claims (`<results_dir>/claims.yaml`): loaded, validated strictly and digested (docs/table.md).
+"""Declared claims (`<results_dir>/claims.yaml`): loaded, validated strictly and digested (docs/claims.md).
 
 A run records at launch the digests of the claims of its experiment, or of its study's scan (`covering`); a verdict
-is confirmatory only when every run it reads recorded its claim's current digest (and the rest of docs/table.md's
+is confirmatory only when every run it reads recorded its claim's current digest (and the rest of docs/claims.md's
 provenance rule holds). Torch- and pandas-free: the trainer imports it.
 """
 
@@ -100,7 +100,7 @@ def load_claims(path) -> list[Claim]:
 
 
 def load_claims_text(text: str, where: str = "claims text") -> list[Claim]:
-    """The claims of a YAML text (docs/table.md's worked example)."""
+    """The claims of a YAML text (docs/claims-example.md)."""
     return parse_claims(parse_yaml(text, where), where)
 
 

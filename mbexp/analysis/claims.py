@@ -1,5 +1,5 @@
 """Claims (declared in results/claims.yaml, mbexp.declarations) and their computed verdicts: one Holm family per
-claim, read on the planned seeds within the declared conditions, confirmatory or exploratory (docs/table.md)."""
+claim, read on the planned seeds within the declared conditions, confirmatory or exploratory (docs/claims.md)."""
 
 import math
 

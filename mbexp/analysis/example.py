@@ -1,4 +1,4 @@
-"""docs/table.md's worked example, computed from a fixed fixture: made-up runs of three small studies and the
+"""docs/claims-example.md's worked example, computed from a fixed fixture: made-up runs of three small studies and the
 claims declared on them. `make report` writes it (report.example_block) between EXAMPLE_BEGIN/EXAMPLE_END; tests
 check its numbers."""
 

@@ -1,5 +1,5 @@
 """What a claim's test yields: each comparison of its family, the claim's result, and the rules that read the marks
-as outcomes and the outcomes as a verdict (docs/table.md, "Claims and verdicts")."""
+as outcomes and the outcomes as a verdict (docs/claims.md#marks-outcomes-and-the-verdict)."""
 
 import math
 from dataclasses import dataclass, field
