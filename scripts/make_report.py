@@ -1,8 +1,8 @@
-"""`make report`: the README's claims block, docs/results.md below its marker and docs/table.md's worked example,
-rewritten from the committed runs and results/claims.yaml (mbexp/analysis/report.py; the worked example's fixture:
-scripts/worked_example.py); `--check` only compares.
+"""`make report`: the README's claims block, docs/results.md below its marker and docs/claims-example.md's worked
+example, rewritten from the committed runs and results/claims.yaml (mbexp/analysis/report.py; the worked example's
+fixture: scripts/worked_example.py); `--check` only compares.
 
-    python scripts/make_report.py [--results DIR] [--claims FILE] [--readme F] [--page F] [--table-doc F] [--check]
+    python scripts/make_report.py [--results DIR] [--claims FILE] [--readme F] [--page F] [--example-doc F] [--check]
 
 Exit 0: written, or up to date; 1: with --check, a text differs, or a text that takes no writes; 2: bad arguments,
 a text that cannot be read, or a claims file that does not validate.
@@ -19,7 +19,7 @@ from mbexp.claims import ClaimsError
 from mbexp.claims.file import CLAIMS_FILE
 from mbexp.io import write_text
 
-FLAGS = {"readme": "--readme", "page": "--page", "table_doc": "--table-doc"}
+FLAGS = {"readme": "--readme", "page": "--page", "example_doc": "--example-doc"}
 
 
 def oserror(err: OSError) -> str:
@@ -32,7 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--claims", type=Path, help="claims file (default: RESULTS/claims.yaml)")
     parser.add_argument("--readme", type=Path, default=Path("README.md"))
     parser.add_argument("--page", type=Path, default=Path("docs/results.md"))
-    parser.add_argument("--table-doc", type=Path, default=Path("docs/table.md"), help="where the worked example goes")
+    parser.add_argument("--example-doc", type=Path, default=Path("docs/claims-example.md"),
+                        help="where the worked example of the claims rules goes")
     parser.add_argument("--check", action="store_true", help="exit 1 when a committed text differs; write nothing")
     args = parser.parse_args(argv)
     paths = {key: getattr(args, key) for key in FLAGS}
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     try:
         found = blocks(args.results, args.claims or args.results / CLAIMS_FILE)
-        found["table_doc"] = (EXAMPLE_BEGIN, EXAMPLE_END, example_block())
+        found["example_doc"] = (EXAMPLE_BEGIN, EXAMPLE_END, example_block())
     except (ClaimsError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -1,4 +1,4 @@
-"""Write the results tables and figures (docs/table.md), log them to a W&B run of job type `table`, and print each
+"""Write the results tables and figures (docs/columns.md), log them to a W&B run of job type `table`, and print each
 experiment's markdown table."""
 
 import argparse

@@ -295,6 +295,24 @@ MUTANTS = [
            "starts = np.arange((tokens.size - 1) // self.seq_len, dtype=np.int64) * self.seq_len",
            "starts = np.arange((tokens.size - 1) // self.seq_len, dtype=np.int64) * (self.seq_len // 2)",
            (T + "test_train.py::test_full_final_evaluation_scores_every_token_of_both_splits",)),
+    # replications by rule: pooled seeds, two looks, the first verdict beside, conditions carried
+    Mutant("replication_one_look", "mbexp/analysis/replication.py", "LOOKS = 2  #", "LOOKS = 1  #",
+           (T + "test_replication.py::test_pooled_trends_pool_each_sizes_seeds_and_double_both_ps",)),
+    Mutant("replication_first_seeds_dropped", "mbexp/analysis/replication.py",
+           "deltas = {n: pd.concat([parts[0][n], parts[1][n]]) for n in sizes}",
+           "deltas = {n: parts[1][n] for n in sizes}",
+           (T + "test_replication.py::test_pooled_trends_pool_each_sizes_seeds_and_double_both_ps",)),
+    Mutant("replication_conditions_dropped", "mbexp/analysis/replication.py",
+           "NOT_AS_DECLARED if unmet else verdict(comparisons)", "verdict(comparisons)",
+           (T + "test_replication.py::test_an_unmet_condition_of_either_claim_holds_for_the_pooled_reading",)),
+    Mutant("replication_shown_twice", "mbexp/analysis/readme.py",
+           "shown = [r for r in shown if r.claim.id not in repeated]", "shown = list(shown)",
+           (T + "test_replication.py::test_the_readme_shows_a_replication_once_pooled_with_the_first_verdict_"
+            "beside",)),
+    Mutant("replication_overlapping_seeds", "mbexp/claims/parse.py",
+           '"plans seeds the first claim planned" if set(first.seeds) & set(c.seeds) else',
+           '"plans seeds the first claim planned" if False else',
+           (T + "test_replication.py::test_a_replication_must_repeat_an_existing_first_claim_on_new_seeds",)),
 ]
 
 

@@ -1,4 +1,5 @@
-"""Claim verdict rules (docs/table.md, "Claims"), each on a family built so that only the rule decides."""
+"""Claim verdict rules (docs/claims.md#marks-outcomes-and-the-verdict), each on a family built so that only the rule
+decides."""
 
 from types import SimpleNamespace
 

@@ -334,6 +334,6 @@ def test_the_worked_example_in_docs_is_its_fixture_computed_and_checked_by_hand(
         scipy_stats.ttest_1samp(sens, 0).confidence_interval(0.95).low)
     assert found["pre-needs-warmup"].comparisons[0].beyond_holm == pytest.approx(
         2 * scipy_stats.t.sf((0.03 - 0.02) / (0.01 / math.sqrt(3)), 2))
-    doc = (ROOT / "docs" / "table.md").read_text(encoding="utf-8")
+    doc = (ROOT / "docs" / "claims-example.md").read_text(encoding="utf-8")
     assert report.splice(doc, example.EXAMPLE_BEGIN, example.EXAMPLE_END, example.example_block()) == doc
     assert "| geglu | 7 | -0.1114 [-0.1774, -0.0455] | 0.006 | better |" in doc  # the added seeds, apart

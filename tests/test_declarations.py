@@ -248,9 +248,9 @@ def test_tokens_per_s_median_is_a_true_median(tmp_path, cache):
 
 
 def test_the_documented_claims_file_is_one_the_loader_accepts():
-    # docs/table.md, "The claims file": the example a user copies must load as written
-    doc = (REPO / "docs" / "table.md").read_text(encoding="utf-8")
-    text = doc.split("### The claims file\n\n```yaml\n", 1)[1].split("```", 1)[0]
+    # docs/claims.md#the-claims-file: the example a user copies must load as written
+    doc = (REPO / "docs" / "claims.md").read_text(encoding="utf-8")
+    text = doc.split("## The claims file\n\n```yaml\n", 1)[1].split("```", 1)[0]
     claim, = parse.load_claims_text(text)
     assert claim.id == "shazeer-gelu-swish-2000" and claim.study == "ffn-grid" and claim.protocol["rows"] == {
         "ffn": ["relu", "gelu", "swish"]}

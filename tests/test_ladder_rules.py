@@ -1,4 +1,5 @@
-"""A ladder's per-size rules (docs/table.md, "Ladders"), each against an independent value: scipy, by hand."""
+"""A ladder's per-size rules (docs/ladders.md, docs/ladder-fits.md#lack-of-fit), each against an independent value:
+scipy, by hand."""
 
 import json
 import math

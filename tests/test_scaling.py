@@ -1,5 +1,5 @@
-"""Size ladders (docs/table.md, "Ladders"): the fit, multiplier, crossover and held-out check on summaries drawn
-from known curves, and a real tiny ladder end to end."""
+"""Size ladders (docs/ladders.md, docs/ladder-fits.md): the fit, multiplier, crossover and held-out check on
+summaries drawn from known curves, and a real tiny ladder end to end."""
 
 import json
 import math
@@ -133,8 +133,8 @@ def committed_ladder(jitter: float = 0.0, seed: int = 0) -> table.Table:
 
 def test_the_fit_files_survive_a_1e9_change_of_every_loss():
     """What a CPU's BLAS or SIMD rounding could move (far less than 1e-9) leaves the fit files' bytes alone: the
-    optimum is polished in extended precision and written at the stated precision (docs/table.md). The committed
-    ladder has a floor at its bound and a flat valley, what made two CPUs disagree before."""
+    optimum is polished in extended precision and written at the stated precision (docs/ladder-fits.md#precision).
+    The committed ladder has a floor at its bound and a flat valley, what made two CPUs disagree before."""
     texts = []
     for jitter in (0.0, 1e-9):
         ladder = scaling.analyse(committed_ladder(jitter, seed=1), resamples=20)
@@ -147,9 +147,9 @@ def test_the_fit_files_survive_a_1e9_change_of_every_loss():
 
 
 def test_why_per_budget_quotes_the_committed_ladder():
-    """docs/table.md, "Why per budget": one curve per variant through both budgets of the committed ladder_cpu
-    misses its points far more than the per-budget fits do and than the points' seed spread; the quoted ranges
-    are computed here (2 decimals)."""
+    """docs/ladder-fits.md#the-fit, "Why per budget": one curve per variant through both budgets of the committed
+    ladder_cpu misses its points far more than the per-budget fits do and than the points' seed spread; the quoted
+    ranges are computed here (2 decimals)."""
     ladder = scaling.analyse(committed_ladder(), resamples=20, panel=False)
     points, rms = ladder.points, ladder.curves["rms"]
     pooled = []
@@ -162,7 +162,7 @@ def test_why_per_budget_quotes_the_committed_ladder():
 
     quoted = (f"leaves RMS residuals of {span(pooled)} nats, where the per-budget fits leave "
               f"{span(rms)} and the points' seed s.d. is {span(points['std'])}")
-    doc = " ".join((REPO / "docs" / "table.md").read_text(encoding="utf-8").split())
+    doc = " ".join((REPO / "docs" / "ladder-fits.md").read_text(encoding="utf-8").split())
     assert quoted in doc
     relu = points[points["variant"] == ladder.baseline].set_index(["size", "steps"])
     for size, steps, before in (("ladder64", 600, "ReLU at "), ("ladder96", 200, "and at ")):

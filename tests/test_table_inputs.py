@@ -251,12 +251,12 @@ def test_report_that_cannot_write_is_one_line_and_leaves_the_text_whole(tmp_path
     (tmp_path / "claims.yaml").write_text("margin: 0.02\nclaims:\n  - {id: a, claim: c, paper: p, experiment: e, "
                                           "baseline: b, rows: [r], hypothesis: better, seeds: [0]}\n")
     texts = {name: f"<!-- {marks}:begin -->\nold\n<!-- {marks}:end -->\n" for name, marks in
-             (("README.md", "claims"), ("results.md", "results"), ("table.md", "example"))}
+             (("README.md", "claims"), ("results.md", "results"), ("claims-example.md", "example"))}
     for name, text in texts.items():
         (tmp_path / name).write_text(text)
     done = subprocess.run([sys.executable, "scripts/make_report.py", "--results", str(tmp_path), "--readme",
-                           str(tmp_path / "README.md"), "--page", str(tmp_path / "results.md"), "--table-doc",
-                           str(tmp_path / "table.md")], cwd=REPO, capture_output=True, text=True, timeout=300,
+                           str(tmp_path / "README.md"), "--page", str(tmp_path / "results.md"), "--example-doc",
+                           str(tmp_path / "claims-example.md")], cwd=REPO, capture_output=True, text=True, timeout=300,
                           preexec_fn=small_files)
     assert done.returncode == 1 and len(done.stderr.splitlines()) == 1, done.stderr
     assert done.stderr.startswith(f"error: cannot write {tmp_path / 'README.md'}: File too large (EFBIG); make it")
@@ -324,12 +324,12 @@ def test_report_names_the_file_whose_markers_are_missing(tmp_path):
     (tmp_path / "claims.yaml").write_text("margin: 0.02\nclaims:\n  - {id: a, claim: c, paper: p, experiment: e, "
                                           "baseline: b, rows: [r], hypothesis: better, seeds: [0]}\n")
     texts = {"README.md": "no markers here\n", "results.md": "<!-- results:begin -->\n<!-- results:end -->\n",
-             "table.md": "<!-- example:begin -->\n<!-- example:end -->\n"}
+             "claims-example.md": "<!-- example:begin -->\n<!-- example:end -->\n"}
     for name, text in texts.items():
         (tmp_path / name).write_text(text)
     done = subprocess.run([sys.executable, "scripts/make_report.py", "--results", str(tmp_path), "--readme",
-                           str(tmp_path / "README.md"), "--page", str(tmp_path / "results.md"), "--table-doc",
-                           str(tmp_path / "table.md")], cwd=REPO, capture_output=True, text=True, timeout=300)
+                           str(tmp_path / "README.md"), "--page", str(tmp_path / "results.md"), "--example-doc",
+                           str(tmp_path / "claims-example.md")], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and done.stderr.splitlines() == [
         f"error: {tmp_path / 'README.md'} (--readme): markers <!-- claims:begin --> ... <!-- claims:end --> not "
         "found; give --readme the file that holds them"]

@@ -1,4 +1,4 @@
-"""The table's documented rules (docs/table.md), each against an independent value: scipy, a hand calculation."""
+"""The table's documented rules (docs/columns.md), each against an independent value: scipy, a hand calculation."""
 
 import importlib.util
 import math

@@ -1,5 +1,5 @@
-"""The ladder's fit-free reading (docs/table.md, "Ladders"): paired Δ per size, slope t-test, permutation test;
-and the multiplier's formulas and bootstrap width, against hand calculations."""
+"""The ladder's fit-free reading (docs/ladders.md#the-fit-free-trend): paired Δ per size, slope t-test, permutation
+test; and the multiplier's formulas and bootstrap width, against hand calculations."""
 
 import math
 
@@ -27,7 +27,8 @@ def test_slope_and_both_tests_by_hand():
 
 
 def test_the_committed_ladder_geglu_deficit_shrinks():
-    """GEGLU − ReLU at 600 steps on ladder_cpu, the numbers an independent audit computed (docs/table.md)."""
+    """GEGLU − ReLU at 600 steps on ladder_cpu, the numbers an independent audit computed
+    (docs/ladders.md#the-fit-free-trend)."""
     from test_scaling import committed_ladder
 
     points, base = scaling.ladder_points(committed_ladder())
@@ -95,8 +96,8 @@ def test_a_ladder_claim_missing_a_size_is_not_tested_as_declared():
 
 
 def test_a_trend_claim_says_how_many_seeds_would_resolve_its_slope():
-    """Seeds needed for a trend: the per-seed slopes' mean and SD in the paired t-test's power (docs/table.md),
-    here recomputed with scipy's noncentral t."""
+    """Seeds needed for a trend: the per-seed slopes' mean and SD in the paired t-test's power
+    (docs/columns.md#statistics), here recomputed with scipy's noncentral t."""
     from test_scaling import committed_ladder
 
     from mbexp.claims.ladder import tested as ladder_trend

@@ -1,4 +1,4 @@
-"""`make table`: run summaries -> tables, figures and a W&B run (docs/table.md defines every column).
+"""`make table`: run summaries -> tables, figures and a W&B run (docs/columns.md defines every column).
 
 collect: summaries read and deduplicated; table: rows, tuned key, column axis, Δ and marks;
 stats: pure statistics over arrays; render: md/csv/tex; figures; wandb_run: the `table` W&B run.

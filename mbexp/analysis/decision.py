@@ -1,4 +1,4 @@
-"""Decision accuracy along a ladder (docs/table.md, "Decision accuracy"; DataDecide, 2025): per rung, the share of
+"""Decision accuracy along a ladder (docs/ladders.md#decision-accuracy; DataDecide, 2025): per rung, the share of
 variant pairs ranked in the order the largest rung ranks them, with a bootstrap interval over seeds."""
 
 import math

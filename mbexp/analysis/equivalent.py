@@ -1,4 +1,4 @@
-"""Compute-equivalent multipliers (docs/table.md, "Compute-equivalent multiplier"): the compute at which the
+"""Compute-equivalent multipliers (docs/columns.md#compute-equivalent-multiplier): the compute at which the
 baseline, interpolated between its budget branches, reaches a row's loss, over the row's compute."""
 
 import math

@@ -1,5 +1,6 @@
-"""A ladder fit's checks (docs/table.md, "Ladders"): the lack-of-fit F test of a curve's residuals against the pooled
-seed variance, and the robustness panel, the multiplier's trend under other forms of the fit."""
+"""A ladder fit's checks (docs/ladder-fits.md#lack-of-fit, #robustness-panel): the lack-of-fit F test of a curve's
+residuals against the pooled seed variance, and the robustness panel, the multiplier's trend under other forms of the
+fit."""
 
 import math
 

@@ -1,5 +1,6 @@
 """A ladder's bootstrap: each point's mean redrawn from its own seeds, the refits' multiplier intervals, and how the
-multiplier moves along the ladder (docs/table.md, "Ladders"); shared by the fit (scaling) and its checks."""
+multiplier moves along the ladder (docs/ladder-fits.md#m-along-the-ladder); shared by the fit (scaling) and its
+checks."""
 
 import math
 import warnings

@@ -1,4 +1,4 @@
-"""A ladder's fit as markdown, CSV and a figure (docs/table.md, "Ladders"). Over 300 lines: the three renderings
+"""A ladder's fit as markdown, CSV and a figure (docs/ladder-fits.md). Over 300 lines: the three renderings
 of one Ladder, and the README's and results page's ladder lines, share its column names and formats."""
 
 import math
@@ -29,10 +29,10 @@ LEGEND = ("α, E, A: the fitted L(C) = E + A·C^-α (bounded α in (0, 2], E in 
           "/ falls when that interval excludes 1, crosses 1 when both ends' intervals are resolved on either side "
           "of 1. Panel: that trend refit with shared floors, separate floors, E = 0 and each size left out; rises "
           "/ falls only when every form agrees, else form-dependent. Fit-free: the paired Δ vs the baseline per "
-          "size, its slope over ln N, p Holm-adjusted over the budget's variants (docs/table.md). Crossover: the "
-          "compute where the variant's and the baseline's curves cross, within or beyond the budget's compute "
-          "range (none: at no compute the ladder reaches or above). Held-out error: the prediction minus the "
-          "runs' mean (docs/table.md, \"Ladders\").")
+          "size, its slope over ln N, p Holm-adjusted over the budget's variants (docs/ladders.md#the-fit-free-trend). "
+          "Crossover: the compute where the variant's and the baseline's curves cross, within or beyond the budget's "
+          "compute range (none: at no compute the ladder reaches or above). Held-out error: the prediction minus the "
+          "runs' mean (docs/ladder-fits.md#prediction-check).")
 
 
 def to_markdown(ladder: Ladder) -> str:

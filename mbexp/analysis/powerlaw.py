@@ -1,4 +1,4 @@
-"""The saturating power law L(C) = E + A·C^-α of a ladder (docs/table.md, "Ladders"): the curve, the compute
+"""The saturating power law L(C) = E + A·C^-α of a ladder (docs/ladder-fits.md#the-fit): the curve, the compute
 multiplier and crossover between two curves, and the joint least-squares fit on a shared floor E, finished in
 extended precision so that every CPU writes the same bytes."""
 
@@ -126,8 +126,9 @@ def _curves(names: list, p: np.ndarray, centre: float) -> dict[str, Curve]:
 
 def _polish(params: np.ndarray, x, y, which, k: int, bounds: tuple, release: bool = True) -> np.ndarray | None:
     """The trust-region answer refined by Newton steps in extended precision, a parameter at a bound held there: the
-    optimum then depends neither on the BLAS's rounding nor on the solver's stopping point (docs/table.md); None
-    where the steps stall, or (`release` False) where the gradient pulls a held parameter inside."""
+    optimum then depends neither on the BLAS's rounding nor on the solver's stopping point
+    (docs/ladder-fits.md#precision); None where the steps stall, or (`release` False) where the gradient pulls a held
+    parameter inside."""
     low, high = (np.asarray(b, dtype=np.longdouble) for b in bounds)
     p, x, y = params.astype(np.longdouble), x.astype(np.longdouble), y.astype(np.longdouble)
     fixed = np.zeros(len(p), bool)

@@ -128,7 +128,7 @@ def caption(table: Table) -> str:
 
 
 def legend(table: Table) -> str:
-    """The rules the table was made by, one sentence each (docs/table.md defines them in full)."""
+    """The rules the table was made by, one sentence each (docs/columns.md defines them in full)."""
     m, split = f"{table.margin:g}", table.split
     parts = [
         f"log-ppl: {split} loss in nats/token, mean ± sample std (n completed seeds).",

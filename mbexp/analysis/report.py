@@ -1,13 +1,14 @@
 """Claims as text: results/tables/claims.{md,csv}, the README's headline block and docs/results.md, all generated
-(scripts/make_report.py, `make report`, writes the last two; scripts/worked_example.py renders docs/table.md's
-example with the same functions). Over 300 lines: one renderer per generated text, each reading the same Results."""
+(scripts/make_report.py, `make report`, writes the last two; scripts/worked_example.py renders
+docs/claims-example.md with the same functions). Over 300 lines: one renderer per generated text, each reading the
+same Results."""
 
 import math
 from pathlib import Path
 
 import pandas as pd
 
-from mbexp.analysis import regime, stats
+from mbexp.analysis import regime, replication, stats
 from mbexp.analysis.files import FIT, SCAN, found
 from mbexp.analysis.ladder_render import ladder_markdown, ladder_trends, lr_ladders_markdown
 from mbexp.analysis.readme import read_at, readme_block
@@ -92,7 +93,10 @@ def added_text(result: Result) -> str:
 
 
 def verdict_text(result: Result) -> str:
-    """The verdict in bold, its standing beside it."""
+    """The verdict in bold, its standing beside it; a replication's: pooled with the claim it repeats, first."""
+    if (pooled := result.pooled) is not None:
+        return (f"**{pooled.verdict}** ({pooled.standing}) pooled with `{pooled.first.claim.id}` "
+                f"({replication.CORRECTION}); this study alone: {result.verdict}")
     return f"**{result.verdict}** ({result.standing})"
 
 
@@ -107,7 +111,7 @@ def claims_display(results: list[Result]) -> pd.DataFrame:
 
 def claims_markdown(results: list[Result]) -> str:
     """results/tables/claims.md: one line per claim, then the rules it was made by."""
-    caption = "**Claims** — every verdict computed from `claims.yaml` beside `runs/` by `make table` (docs/table.md)."
+    caption = "**Claims** — every verdict computed from `claims.yaml` beside `runs/` by `make table` (docs/claims.md)."
     return "\n".join([caption, "", standing_line(results), "", *markdown_rows(claims_display(results)), "",
                       LEGEND]) + "\n"
 
@@ -142,7 +146,7 @@ LEGEND = (
     f"{NOT_TESTED} without an interval; {NOT_AS_DECLARED} when a declared condition is unmet (planned runs missing "
     f"or diverged, past max_epochs or epochs not recorded, a row not at its own tuned LR); {NOT_RESOLVED} otherwise. "
     f"{CONFIRMATORY}: every run read was launched under the claim's current digest; {EXPLORATORY} otherwise. Added "
-    "seeds are shown apart and never change the verdict. An ordering is tested pair by adjacent pair. docs/table.md "
+    "seeds are shown apart and never change the verdict. An ordering is tested pair by adjacent pair. docs/claims.md "
     "has every rule.")
 
 
@@ -151,7 +155,8 @@ CSV_COLUMNS = ["claim", "digest", "standing", "runs_read", "runs_declared", "exp
                "ci_method", "p", "p_holm", "p_permutation", "p_permutation_holm", "tost_p_holm", "beyond_p_holm",
                "mark", "p_holm_study", "mark_study", "outcome", "seeds_needed", "seed_deltas", "slow_start",
                "verdict", "conditions_unmet", "seeds_planned", "seeds_present", "n_all_seeds", "delta_all_seeds",
-               "ci_low_all_seeds", "ci_high_all_seeds", "p_holm_all_seeds", "mark_all_seeds", "qualifiers"]
+               "ci_low_all_seeds", "ci_high_all_seeds", "p_holm_all_seeds", "mark_all_seeds",
+               *replication.CSV_COLUMNS, "qualifiers"]
 
 
 def claims_csv(results: list[Result]) -> str:
@@ -170,7 +175,7 @@ def claims_csv(results: list[Result]) -> str:
             records.append(claim | ({} if c is None else _comparison_record(c)) | ({} if added is None else {
                 "n_all_seeds": added.n, "delta_all_seeds": added.interval.delta,
                 "ci_low_all_seeds": added.interval.low, "ci_high_all_seeds": added.interval.high,
-                "p_holm_all_seeds": added.p_holm, "mark_all_seeds": added.mark}))
+                "p_holm_all_seeds": added.p_holm, "mark_all_seeds": added.mark}) | replication.csv_fields(r, i))
     frame = pd.DataFrame(records, columns=CSV_COLUMNS)
     return frame.to_csv(index=False, float_format="%.6f", lineterminator="\n")
 
@@ -198,7 +203,7 @@ def results_page(results: list[Result], results_dir, trends: list[dict] = (), co
                 "Compute multiplier m vs the baseline (> 1: the baseline needs m times the compute to match), with "
                 f"its {CI} bootstrap interval over seeds, at the smallest and the largest size of each ladder; its "
                 "trend along the ladder and the crossover, as the ladder's fit table computes them "
-                "([table.md](table.md#ladders)).", "", ladder_markdown(trends), ""]
+                "([ladder-fits.md](ladder-fits.md#compute-multiplier)).", "", ladder_markdown(trends), ""]
         out += [f"- `{exp}`: [fit table](../results/tables/{exp}{FIT}.md), "
                 f"[figure](../results/figures/{exp}_ladder.png)" for exp in sorted({t["experiment"] for t in trends})]
         out += [""]
@@ -278,7 +283,7 @@ def claim_section(r: Result) -> list[str]:
         lines += [f"| {name(r, c)} | {c.n} | {fmt(c.interval.delta, '+.4f')} "
                   f"{_interval(c.interval.low, c.interval.high)} | {fmt(c.p_holm, '.3f')} | {c.mark} |"
                   for c in r.added]
-    return lines + [""]
+    return lines + [""] + replication.section(r, lambda c: name(r, c), fmt)
 
 
 def splice(text: str, begin: str, end: str, block: str) -> str:

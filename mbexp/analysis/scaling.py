@@ -1,4 +1,4 @@
-"""Size ladders (docs/table.md, "Ladders"): the ladder's points, per variant and budget a power law
+"""Size ladders (docs/ladders.md, docs/ladder-fits.md): the ladder's points, per variant and budget a power law
 (analysis/powerlaw.py) on a floor E shared by the budget's variants, the compute multiplier against the baseline with
 a bootstrap over seeds, and the largest size predicted from the smaller ones, as a Ladder; rendered by
 analysis/ladder_render.py, written by analysis/outputs.py."""
@@ -109,9 +109,9 @@ RESULTS = ("fitted", "residual", "multiplier", "multiplier_low", "multiplier_hig
 
 
 def analyse(table: Table, resamples: int = RESAMPLES, panel: bool = True) -> Ladder | None:
-    """The ladder's curves (per budget, docs/table.md), multipliers with their bootstrap intervals, lack-of-fit
-    tests, the robustness panel (unless `panel` is False), crossovers and held-out check; None when the experiment
-    is not a ladder."""
+    """The ladder's curves (per budget, docs/ladder-fits.md#the-fit), multipliers with their bootstrap intervals,
+    lack-of-fit tests, the robustness panel (unless `panel` is False), crossovers and held-out check; None when the
+    experiment is not a ladder."""
     if not is_ladder(table):
         return None
     points, baseline = ladder_points(table)
@@ -156,8 +156,9 @@ def significant(value: float, digits: int = SIGNIFICANT) -> float:
 
 
 def _round(ladder: Ladder) -> None:
-    """Every number the fit writes at the precision docs/table.md states: far coarser than what a 1e-9 change of
-    the inputs moves, so each CPU writes the same bytes; the held-out curves too (the figure draws them)."""
+    """Every number the fit writes at the precision docs/ladder-fits.md#precision states: far coarser than what a
+    1e-9 change of the inputs moves, so each CPU writes the same bytes; the held-out curves too (the figure draws
+    them)."""
     for frame in (ladder.points, ladder.curves):
         for column in frame.columns:
             if column in NATS:

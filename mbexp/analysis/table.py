@@ -1,4 +1,4 @@
-"""One experiment's runs reduced to its table (docs/table.md): rows, the tuned key, the column axis, Δ and marks.
+"""One experiment's runs reduced to its table (docs/columns.md): rows, the tuned key, the column axis, Δ and marks.
 Over 300 lines: one reduction whose steps share one Table; its rendering, figures, claims, ladders live apart."""
 
 import json

@@ -1,5 +1,5 @@
-"""A ladder's fit-free reading (docs/table.md, "Ladders"): the paired Δ (variant − baseline, same seed) at each
-size, and its trend over log(non-embedding parameters) by a per-seed slope t-test and a within-seed permutation
+"""A ladder's fit-free reading (docs/ladders.md#the-fit-free-trend): the paired Δ (variant − baseline, same seed) at
+each size, and its trend over log(non-embedding parameters) by a per-seed slope t-test and a within-seed permutation
 test."""
 
 import itertools

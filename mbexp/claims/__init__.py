@@ -1,5 +1,5 @@
-"""Claims as data (docs/table.md, "Claims and verdicts"): a paper's statement declared in the claims file, its
-digest, and its verdict computed from the runs.
+"""Claims as data (docs/claims.md): a paper's statement declared in the claims file, its digest, and its verdict
+computed from the runs.
 
     file.py        the claims file read defensively: a regular UTF-8 file, YAML without aliases
     vocabulary.py  the words: marks, outcomes, verdicts, standings, hypotheses, margins, qualifier tags

@@ -28,6 +28,7 @@ class Claim:
     note: str = ""
     study: str = ""
     protocol: dict = field(default_factory=dict, compare=False)  # the study's declared protocol
+    replicates: str = ""  # the id of the claim this one repeats on new seeds: read pooled with it (replication)
     digest: str = ""
 
 

@@ -1,12 +1,13 @@
-"""Every declared claim's Result against the tables (docs/table.md, "Claims and verdicts"): each tested by its
-statistic (mbexp.claims.statistics), its standing by the provenance rule, and the comparisons of one study Holm
--adjusted together beside each claim's own family."""
+"""Every declared claim's Result against the tables (docs/claims.md): each tested by its statistic
+(mbexp.claims.statistics), its standing by the provenance rule, the comparisons of one study Holm-adjusted together
+beside each claim's own family, and a replication read pooled with the claim it repeats (analysis.replication)."""
 
 import math
 
 import pandas as pd
 
 from mbexp.analysis import stats
+from mbexp.analysis.replication import pool_all
 from mbexp.analysis.table import Table
 from mbexp.claims import family, ladder
 from mbexp.claims.claim import Claim
@@ -23,7 +24,14 @@ def evaluate(claims: list[Claim], tables: dict[str, Table], history: History | N
     results = [evaluate_claim(claim, tables.get(claim.experiment), history, scan_runs(claim, tables))
                for claim in claims]
     study_family(results)
+    pool_all(results, tables, sides)
     return results
+
+
+def sides(claim: Claim, table: Table, pair: tuple, seeds) -> tuple[pd.Series, pd.Series]:
+    """The per-seed values of one comparison of a claim, at the column the claim reads, on `seeds`."""
+    statistic = STATISTICS[claim.statistic]
+    return statistic.sides(table, pair, family.at_value(statistic, claim, table), seeds)
 
 
 def evaluate_file(results_dir, tables: dict[str, Table]) -> list[Result]:

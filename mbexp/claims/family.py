@@ -1,4 +1,4 @@
-"""A claim tested as a Holm family of paired comparisons (docs/table.md, "Claims and verdicts"): read on the
+"""A claim tested as a Holm family of paired comparisons (docs/claims.md#marks-outcomes-and-the-verdict): read on the
 planned seeds within the declared conditions, each comparison's per-seed sides from its statistic
 (mbexp.claims.statistics), the qualifiers beside the verdict, and its standing."""
 
@@ -35,7 +35,7 @@ def tested(statistic: Statistic, claim: Claim, table: Table | None, history: His
     if table is None:
         return Result(claim, [], NOT_TESTED, EXPLORATORY, {}, [f"no finished runs of {claim.experiment}"])
     unknown = [label for label in labels if label not in set(table.rows["label"])]
-    value = _at_value(statistic, claim, table)
+    value = at_value(statistic, claim, table)
     if unknown or value is _MISSING:
         why = f"rows not in {claim.experiment}: {', '.join(unknown)}" if unknown else \
             f"{claim.experiment} has no column {_at_text(claim) or 'of warm-up settings'}"
@@ -56,7 +56,7 @@ def tested(statistic: Statistic, claim: Claim, table: Table | None, history: His
 _MISSING = object()
 
 
-def _at_value(statistic: Statistic, claim: Claim, table: Table):
+def at_value(statistic: Statistic, claim: Claim, table: Table):
     """The column value the claim is read at; None when the table has no column axis or the claim spans it."""
     if statistic.spans:
         return None if table.column in SENSITIVITY_AXES and len(table.columns) > 1 else _MISSING
@@ -102,7 +102,7 @@ def family(statistic: Statistic, claim: Claim, table: Table, value, seeds=None) 
         c.p_holm, c.tost_holm, c.beyond_holm = p, t, f
         # a margin is read first: a difference resolved nonzero but inside the margin is still equivalent within it
         c.mark = stats.mark(c.interval.delta, p, t)
-        c.outcome = outcome(claim, c, statistic.beyond_margin)
+        c.outcome = outcome(claim, c)
         if c.outcome == UNTESTED:
             c.mark = NO_INTERVAL
         effect = claim.margin if claim.hypothesis == EQUIVALENT else c.interval.delta

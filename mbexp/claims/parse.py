@@ -1,8 +1,8 @@
 """The claims file (`<results_dir>/claims.yaml`) -> Claims: every entry validated strictly and digested
-(docs/table.md, "The claims file").
+(docs/claims.md#the-claims-file).
 
 A run records at launch the digests of the claims of its experiment, or of its study's scan (`covering`); a verdict
-is confirmatory only when every run it reads recorded its claim's current digest (and the rest of docs/table.md's
+is confirmatory only when every run it reads recorded its claim's current digest (and the rest of docs/claims.md's
 provenance rule holds). Torch- and pandas-free: the trainer imports it.
 """
 
@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 TOP_KEYS = ("margin", "claims", "studies")
 PROSE = ("claim", "paper", "paper_numbers", "note")  # free text: not part of the digest
 KEYS = ("id", *PROSE, "experiment", "at", "baseline", "rows", "pairs", "hypothesis", "statistic", "margin", "seeds",
-        "conditions", "study")
+        "conditions", "study", "replicates")
 REQUIRED = ("id", "claim", "paper", "experiment", "hypothesis", "seeds")
 CONDITIONS = ("own_lr", "max_epochs")
 
@@ -44,7 +44,7 @@ def load_claims(path) -> list[Claim]:
 
 
 def load_claims_text(text: str, where: str = "claims text") -> list[Claim]:
-    """The claims of a YAML text (docs/table.md's worked example)."""
+    """The claims of a YAML text (docs/claims-example.md)."""
     return parse_claims(parse_yaml(text, where), where)
 
 
@@ -65,6 +65,7 @@ def parse_claims(data, where: str, configs=experiment_config) -> list[Claim]:
     if repeated:
         raise ClaimsError(f"{where}: repeated ids {', '.join(repeated)}")
     check_consistent(claims, where)
+    check_replications(claims, where)
     return claims
 
 
@@ -84,7 +85,7 @@ def parse_claim(entry, default_margin: float, where: str, studies: dict | None =
     missing = [k for k in REQUIRED if k not in entry]
     if unknown or missing:
         raise ClaimsError(f"{where}: unknown keys {unknown} / missing keys {missing}; allowed: {', '.join(KEYS)}")
-    for key in ("id", *PROSE, "experiment", "baseline", "study"):
+    for key in ("id", *PROSE, "experiment", "baseline", "study", "replicates"):
         if key in entry and (not isinstance(entry[key], str) or not entry[key] and key in REQUIRED):
             raise ClaimsError(f"{where}: {key} must be text, got {entry[key]!r}")
     hypothesis, statistic = entry["hypothesis"], entry.get("statistic", Claim.statistic)
@@ -120,11 +121,14 @@ def parse_claim(entry, default_margin: float, where: str, studies: dict | None =
                "conditions": {"own_lr": own_lr, "max_epochs": max_epochs},
                "study": {"name": study, **protocol} if study else None,
                "experiment_config": configs(entry["experiment"])}
+    if entry.get("replicates"):  # only when set: a claim without it keeps the digest its runs recorded
+        content["replicates"] = entry["replicates"]
     return Claim(
         id=entry["id"], claim=entry["claim"], paper=entry["paper"], paper_numbers=entry.get("paper_numbers", ""),
         experiment=entry["experiment"], hypothesis=hypothesis, pairs=pairs, seeds=tuple(sorted(seeds)),
         at=tuple(at.items()), statistic=statistic, margin=margin, own_lr=own_lr, max_epochs=max_epochs,
-        note=entry.get("note", ""), study=study, protocol=dict(protocol), digest=digest(content))
+        note=entry.get("note", ""), study=study, protocol=dict(protocol), replicates=entry.get("replicates", ""),
+        digest=digest(content))
 
 
 def _pairs(entry: dict, hypothesis: str, name: str, where: str) -> tuple:
@@ -170,6 +174,25 @@ def check_consistent(claims: list[Claim], where: str) -> None:
             column = ", ".join(f"{k}={v}" for k, v in (a.at or clash[0].at))
             raise ClaimsError(f"{where}: claims on the same runs ({a.experiment}{', ' if column else ''}{column}) "
                               f"declare different conditions ({said}); declare the same conditions for all of them")
+
+
+def check_replications(claims: list[Claim], where: str) -> None:
+    """A claim that `replicates` another names a claim of the file that is not itself a replication, on another
+    experiment, asking the same question (statistic, hypothesis, comparisons, column) on seeds of its own."""
+    by_id = {c.id: c for c in claims}
+    for c in claims:
+        if not c.replicates:
+            continue
+        first = by_id.get(c.replicates)
+        same = ("statistic", "hypothesis", "pairs", "at", "margin")
+        why = "names no claim of the file" if first is None else \
+            "names a replication (replicate the first claim)" if first.replicates else \
+            "is on the same experiment" if first.experiment == c.experiment else \
+            "plans seeds the first claim planned" if set(first.seeds) & set(c.seeds) else \
+            f"differs from it in {', '.join(k for k in same if getattr(first, k) != getattr(c, k))}" \
+            if any(getattr(first, k) != getattr(c, k) for k in same) else ""
+        if why:
+            raise ClaimsError(f"{where}, claim {c.id}: replicates {c.replicates!r}, which {why}")
 
 
 def _overlap(at: tuple, other: tuple) -> bool:

@@ -1,4 +1,4 @@
-"""The provenance rule (docs/table.md, "Declarations: confirmatory or exploratory"): a run read by a claim counts
+"""The provenance rule (docs/claims.md#declarations-confirmatory-or-exploratory): a run read by a claim counts
 as launched under it only when it recorded the claim's current digest, ran from a clean tree, at a commit in the
 history of the repository that holds the claims file, descending from the commit that declared the claim as it
 now reads; a verdict is confirmatory when every run it reads was (`standing`). Git answers the history questions;

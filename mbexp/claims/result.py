@@ -49,6 +49,7 @@ class Result:
     runs_read: int = 0
     runs_declared: int = 0  # of runs_read, those launched under the claim by the provenance rule
     regime: str = ""  # the n-gram baselines and scale of the runs read (analysis.regime), for the reader
+    pooled: object = None  # a replication's reading pooled with the claim it repeats (analysis.replication.Pooled)
 
 
 def seed_range(seeds) -> str:

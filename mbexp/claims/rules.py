@@ -1,6 +1,6 @@
-"""The rules from one word of the vocabulary to the next (docs/table.md, "Claims and verdicts"): a comparison's mark
--> its outcome for the hypothesis, the outcomes -> the claim's verdict; and the declared conditions and grid edges
-that qualify a verdict."""
+"""The rules from one word of the vocabulary to the next (docs/claims.md#marks-outcomes-and-the-verdict): a
+comparison's mark -> its outcome for the hypothesis, the outcomes -> the claim's verdict; and the declared conditions
+and grid edges that qualify a verdict."""
 
 import math
 
@@ -9,6 +9,7 @@ import pandas as pd
 from mbexp.analysis import stats
 from mbexp.claims.claim import Claim
 from mbexp.claims.result import Comparison
+from mbexp.claims.statistics import STATISTICS
 from mbexp.claims.vocabulary import (
     AGREES,
     BETTER,
@@ -24,17 +25,17 @@ from mbexp.claims.vocabulary import (
 )
 
 
-def outcome(claim: Claim, c: Comparison, beyond_margin: bool = False) -> str:
+def outcome(claim: Claim, c: Comparison) -> str:
     """What one comparison's mark says about the hypothesis (an ordering pair reads as `better`): a difference
-    contradicts a better/worse hypothesis only when resolved beyond the margin the other way; with `beyond_margin`
-    (a sensitivity's statistic) better/worse needs the difference resolved beyond its margin, and is contradicted
-    within it."""
+    contradicts a better/worse hypothesis only when resolved beyond the margin the other way; for a statistic read
+    `beyond_margin` (a sensitivity) better/worse needs the difference resolved beyond its margin, and is
+    contradicted within it."""
     if math.isnan(c.interval.p) or math.isnan(c.interval.low):
         return UNTESTED
     if claim.hypothesis == EQUIVALENT:
         return SUPPORTS if c.mark == EQUIVALENT else CONTRADICTS if c.beyond_holm < stats.ALPHA else OPEN
     want = WORSE if claim.hypothesis == WORSE else BETTER
-    if beyond_margin:
+    if STATISTICS[claim.statistic].beyond_margin:
         if c.beyond_holm < stats.ALPHA:
             return SUPPORTS if (WORSE if c.interval.delta > 0 else BETTER) == want else CONTRADICTS
         return CONTRADICTS if c.mark == EQUIVALENT else OPEN

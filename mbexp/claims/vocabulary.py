@@ -1,6 +1,6 @@
-"""The one vocabulary of the tables and claims (docs/table.md, "Claims and verdicts"): a comparison's mark (a
-claim's without an interval: fewer than 2 seeds), what it says for the hypothesis (its outcome), the claim's
-verdict and whether that verdict is confirmatory (its standing); the margin; the qualifiers' short tags."""
+"""The one vocabulary of the tables and claims (docs/claims.md#marks-outcomes-and-the-verdict): a comparison's
+mark (a claim's without an interval: fewer than 2 seeds), what it says for the hypothesis (its outcome), the
+claim's verdict and whether that verdict is confirmatory (its standing); the margin; the qualifiers' short tags."""
 
 from mbexp.claims.file import finite_number
 
