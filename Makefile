@@ -59,7 +59,7 @@ table: install ## results/runs -> results/tables/*.{md,csv,tex}, results/figures
 report: install ## README's claims block and docs/results.md from results/claims.yaml and the runs (after make table)
 	$(BIN)/python scripts/make_report.py --results $(RESULTS)
 
-study: install ## a declared LR study end to end: scan, choose each row's LR, planned seeds (NAME=study JOBS=2)
+study: install ## a declared study end to end: scan, choose each row's LR (or tuned key), planned seeds (NAME=study JOBS=2)
 	$(BIN)/python -m mbexp.study $(NAME) --results $(RESULTS) --jobs $(or $(JOBS),1)
 
 data: install ## prepare the default corpus and print its statistics

@@ -19,10 +19,10 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 import mbexp
-from mbexp.claims_file import ClaimsError
+from mbexp.claims import ClaimsError
+from mbexp.claims.parse import check as check_claims
 from mbexp.config import CONF_DIR, Config, ConfigError, register, to_object
 from mbexp.corpus import CorpusError, fingerprint
-from mbexp.declarations import check as check_claims
 from mbexp.io import disk_full, read_summary, write_error, write_text
 from mbexp.preflight import (
     SKIP_ENV,

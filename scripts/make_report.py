@@ -1,6 +1,6 @@
 """`make report`: the README's claims block, docs/results.md below its marker and docs/claims-example.md's worked
-example, rewritten from the committed runs and results/claims.yaml (mbexp/analysis/report.py); `--check` only
-compares.
+example, rewritten from the committed runs and results/claims.yaml (mbexp/analysis/report.py; the worked example's
+fixture: scripts/worked_example.py); `--check` only compares.
 
     python scripts/make_report.py [--results DIR] [--claims FILE] [--readme F] [--page F] [--example-doc F] [--check]
 
@@ -11,10 +11,12 @@ import errno
 import sys
 from pathlib import Path
 
+from worked_example import EXAMPLE_BEGIN, EXAMPLE_END, example_block
+
 from mbexp import INTERRUPTED, RESULTS_DIR, Parser
-from mbexp.analysis.claims import ClaimsError
 from mbexp.analysis.report import blocks, splice
-from mbexp.claims_file import CLAIMS_FILE
+from mbexp.claims import ClaimsError
+from mbexp.claims.file import CLAIMS_FILE
 from mbexp.io import write_text
 
 FLAGS = {"readme": "--readme", "page": "--page", "example_doc": "--example-doc"}
@@ -48,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     try:
         found = blocks(args.results, args.claims or args.results / CLAIMS_FILE)
+        found["example_doc"] = (EXAMPLE_BEGIN, EXAMPLE_END, example_block())
     except (ClaimsError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -25,8 +25,8 @@ def baseline_arg(text: str) -> tuple[str, str]:
 
 
 def margin_arg(text: str) -> float:
-    """Parse an equivalence margin (declarations.MARGIN_RULE)."""
-    from mbexp.declarations import MARGIN_RULE, valid_margin
+    """Parse an equivalence margin (vocabulary.MARGIN_RULE)."""
+    from mbexp.claims.vocabulary import MARGIN_RULE, valid_margin
 
     try:
         value = float(text)
@@ -101,7 +101,7 @@ def unfinished_line(runs, results: Path) -> str:
 
 def read_for(results: Path, only: str | None) -> list[str] | None:
     """The experiments whose runs are read: all (None), or `only` and the scans its declared studies read."""
-    from mbexp.claims_file import load_studies
+    from mbexp.study.spec import load_studies
 
     if not only:
         return None
@@ -163,9 +163,12 @@ def _main(argv: list[str] | None) -> int:
 
 
 def _tables(args) -> int:
-    from mbexp.analysis import claims, equivalent, files, outputs, provenance, regime, render, report, studies, table
+    from mbexp.analysis import equivalent, files, outputs, regime, render, report, studies, table
     from mbexp.analysis.collect import collect_runs, log
-    from mbexp.declarations import check
+    from mbexp.claims import ClaimsError
+    from mbexp.claims.evaluate import evaluate_file
+    from mbexp.claims.parse import check
+    from mbexp.claims.provenance import orphans
     from mbexp.run.identity import experiments_in, linked_outside
 
     skipped = _Counter()
@@ -194,8 +197,8 @@ def _tables(args) -> int:
         regime.annotate(tables, args.results)  # each caption's n-gram baselines and scale
         equivalent.annotate(tables)  # with several budgets: the compute-equivalent multiplier per row
         # claims compare experiments: --only leaves them, and their files, alone
-        verdicts = [] if args.only else claims.evaluate_file(args.results, tables)
-    except claims.ClaimsError as err:  # a bad claims file: one line naming it and the claim, nothing written
+        verdicts = [] if args.only else evaluate_file(args.results, tables)
+    except ClaimsError as err:  # a bad claims file: one line naming it and the claim, nothing written
         print(f"error: {err}", file=sys.stderr)
         return 2
     except ValueError as err:
@@ -226,7 +229,7 @@ def _tables(args) -> int:
     if claims_paths:
         print(f"## claims → {', '.join(map(str, claims_paths))}\n")
         print(report.claims_markdown(verdicts))
-    if verdicts and (gone := provenance.orphans(runs, [r.claim for r in verdicts])):
+    if verdicts and (gone := orphans(runs, [r.claim for r in verdicts])):
         print("runs launched under claims no longer declared: " + ", ".join(f"{c} ({n} runs)" for c, n in gone.items()))
     if not args.only and (costs := studies.cost_lines(args.results)):
         print("## declared studies: compute (docs/studies.md)\n\n" + "\n".join(costs) + "\n")

@@ -9,7 +9,7 @@ from test_claims import BASE_LOSS, BIG, A, B, result
 from test_table import BASE, write_run
 
 from mbexp.analysis import stats
-from mbexp.analysis.claims import verdict
+from mbexp.claims.rules import verdict
 
 NOISY = [5.10, 5.20, 4.85, 5.15]  # Δ vs BASE_LOSS: +0.10, −0.10, −0.05, +0.05, interval wide around 0
 BETTER = [4.80, 5.12, 4.74, 4.88]  # Δ −0.20, −0.18, −0.16, −0.22: resolved better
@@ -61,7 +61,8 @@ def test_a_claim_is_not_tested_only_when_none_of_its_comparisons_could_be():
 
 
 def test_a_studys_comparisons_share_one_holm_family_beside_each_claims_own():
-    from mbexp.analysis.verdicts import Comparison, study_family
+    from mbexp.claims.evaluate import study_family
+    from mbexp.claims.result import Comparison
 
     def comparison(delta: float, p: float) -> Comparison:
         samples = (delta + 0.004 * pd.Series([-1.0, 1.0, -0.5, 0.5, -0.2, 0.2]),)  # far outside ±0.02: no TOST
@@ -85,7 +86,8 @@ def test_a_studys_comparisons_share_one_holm_family_beside_each_claims_own():
 
 
 def test_a_better_claim_is_contradicted_only_beyond_the_margin_and_inside_it_reads_equivalent():
-    from mbexp.analysis.verdicts import Comparison, outcome
+    from mbexp.claims.result import Comparison
+    from mbexp.claims.rules import outcome
 
     better = SimpleNamespace(hypothesis="better", statistic="delta", margin=0.02)
 

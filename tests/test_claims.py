@@ -1,5 +1,6 @@
 """Claims as data on hand-made runs: family Holm, seeds beyond the plan, epochs, orderings, equivalence, power."""
 
+import importlib.util
 import math
 import re
 import statistics
@@ -11,7 +12,12 @@ import pytest
 from scipy import stats as scipy_stats
 from test_table import BASE, ROOT, write_run
 
-from mbexp.analysis import claims, report, stats, table
+from mbexp.analysis import report, stats, table
+from mbexp.claims import ClaimsError
+from mbexp.claims.claim import Claim
+from mbexp.claims.evaluate import evaluate
+from mbexp.claims.parse import load_claims, parse_claim
+from mbexp.claims.result import Result
 
 A, B, C = "layer-pre-geglu-matched", "layer-pre-swiglu-matched", "layer-pre-reglu-matched"
 BIG = {"train_tokens": 10**7, "epochs": 0.06}  # within one epoch
@@ -26,14 +32,14 @@ def sweep(results, seeds=range(3), rows=ROWS, **fields):
             write_run(results, row, seed=seed, final=values[seed], test=values[seed], **(BIG | fields))
 
 
-def claim(**entry) -> claims.Claim:
+def claim(**entry) -> Claim:
     base = {"id": "c", "claim": "gated beats relu", "paper": "Shazeer 2020", "experiment": "quick",
             "hypothesis": "better", "baseline": BASE, "rows": [A, B], "seeds": [0, 1, 2]}
-    return claims.parse_claim({k: v for k, v in (base | entry).items() if v is not None}, 0.02, "test")
+    return parse_claim({k: v for k, v in (base | entry).items() if v is not None}, 0.02, "test")
 
 
-def result(results, **entry) -> claims.Result:
-    return claims.evaluate([claim(**entry)], table.build_tables(results))[0]
+def result(results, **entry) -> Result:
+    return evaluate([claim(**entry)], table.build_tables(results))[0]
 
 
 def test_a_two_row_family_gets_holm_over_its_own_two_comparisons(tmp_path):
@@ -154,8 +160,8 @@ def test_slow_start_rule():
 def test_claims_file_errors_are_one_line(tmp_path):
     bad = tmp_path / "claims.yaml"
     bad.write_text("claims:\n  - {id: x, claim: y, paper: z, experiment: quick, hypothesis: best, seeds: [0]}\n")
-    with pytest.raises(claims.ClaimsError, match="hypothesis must be one of"):
-        claims.load_claims(bad)
+    with pytest.raises(ClaimsError, match="hypothesis must be one of"):
+        load_claims(bad)
     sweep(tmp_path)
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "make_table.py"), "--no-wandb", "--results",
                            str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=120)
@@ -301,8 +307,16 @@ def test_beyond_margin_is_below_alpha_exactly_when_the_95_interval_clears_the_ma
         assert (stats.beyond_margin(iv, 0.02) < 0.05) == clears, deltas
 
 
+def worked_example():
+    """scripts/worked_example.py, the docs' fixture: a script beside make_report.py, outside the package."""
+    spec = importlib.util.spec_from_file_location("worked_example", ROOT / "scripts" / "worked_example.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_the_worked_example_in_docs_is_its_fixture_computed_and_checked_by_hand():
-    from mbexp.analysis import example
+    example = worked_example()
 
     found = {r.claim.id: r for r in example.results()}
     planned, every = found["geglu-planned"].comparisons[0], found["geglu-planned"].added[0]
@@ -321,5 +335,5 @@ def test_the_worked_example_in_docs_is_its_fixture_computed_and_checked_by_hand(
     assert found["pre-needs-warmup"].comparisons[0].beyond_holm == pytest.approx(
         2 * scipy_stats.t.sf((0.03 - 0.02) / (0.01 / math.sqrt(3)), 2))
     doc = (ROOT / "docs" / "claims-example.md").read_text(encoding="utf-8")
-    assert report.splice(doc, example.EXAMPLE_BEGIN, example.EXAMPLE_END, report.example_block()) == doc
+    assert report.splice(doc, example.EXAMPLE_BEGIN, example.EXAMPLE_END, example.example_block()) == doc
     assert "| geglu | 7 | -0.1114 [-0.1774, -0.0455] | 0.006 | better |" in doc  # the added seeds, apart

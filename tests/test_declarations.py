@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from tiny import REPO, SMOKE, clean, mbexp_train, overrides
 
-from mbexp import declarations
+from mbexp.claims import ClaimsError, parse
 from mbexp.config import compose_config, to_object
 from mbexp.distributed import Dist
 from mbexp.run.identity import config_hash, run_dir
@@ -87,12 +87,13 @@ def test_confirmatory_needs_a_clean_launch_after_the_committed_declaration(tmp_p
     launch_from(repo, cache)
     summaries = [json.loads(p.read_text()) for p in sorted(results.glob("runs/decl/*/seed=*/summary.json"))]
     assert len(summaries) == 4 and {s["git_commit"] for s in summaries} == {git(repo, "rev-parse", "HEAD")}
-    assert all(s["git_clean"] is True and s["declarations"] == declarations.covering(results, "decl")
+    assert all(s["git_clean"] is True and s["declarations"] == parse.covering(results, "decl")
                for s in summaries)
     assert standing(results) == ["confirmatory"]
-    from mbexp.analysis import claims, readme, table
+    from mbexp.analysis import readme, table
+    from mbexp.claims.evaluate import evaluate_file
 
-    block = readme.readme_block(claims.evaluate_file(results, table.build_tables(results)))
+    block = readme.readme_block(evaluate_file(results, table.build_tables(results)))
     assert "the 1 confirmatory verdicts: every run each reads was launched under its claim's current declaration " \
         "([rules]" in block  # and no count of exploratory ones, there being none
     declare(results, words="SwiGLU beats ReLU (reworded)")  # prose is not part of the digest
@@ -104,7 +105,7 @@ def test_confirmatory_needs_a_clean_launch_after_the_committed_declaration(tmp_p
     # the forgery: the edit committed, and every summary's digest rewritten in place to the new one
     git(repo, "add", "results/claims.yaml")
     git(repo, "commit", "-q", "-m", "edit the claim after its runs")
-    new = declarations.covering(results, "decl")
+    new = parse.covering(results, "decl")
     for path in results.glob("runs/decl/*/seed=*/summary.json"):
         path.write_text(json.dumps(json.loads(path.read_text()) | {"declarations": new}))
     assert standing(results) == ["exploratory"]
@@ -128,7 +129,7 @@ def test_a_resumed_run_keeps_the_declarations_of_its_launch(tmp_path, cache):
     declare(tmp_path / "results")
     cfg = to_object(compose_config(clean(overrides(tmp_path, cache, "name=decl"))))
     run = RunState(cfg, run_dir(cfg), config_hash(cfg), Dist())
-    assert run.declarations == declarations.covering(tmp_path / "results", "decl") != {}
+    assert run.declarations == parse.covering(tmp_path / "results", "decl") != {}
     state = {"step": 5, "metrics": [], "train_time": 1.0, "wall_time": 1.0, "wandb_id": "w", "early": {},
              "loss_sum": 0.0, "n_losses": 0, "declarations": {"glu": "launchdigest"}}
     run.restore(state)
@@ -140,21 +141,21 @@ def test_a_resumed_run_keeps_the_declarations_of_its_launch(tmp_path, cache):
 def test_digest_covers_the_test_not_the_prose(tmp_path):
     entry = {"id": "a", "claim": "x", "paper": "p", "experiment": "e", "hypothesis": "better", "baseline": "b",
              "rows": ["r"], "seeds": [0, 1, 2]}
-    base = declarations.parse_claim(entry, 0.02, "t").digest
-    assert declarations.parse_claim(entry | {"claim": "y", "note": "n"}, 0.02, "t").digest == base
-    assert declarations.parse_claim(entry | {"conditions": {"max_epochs": 1}}, 0.02, "t").digest == base  # default
+    base = parse.parse_claim(entry, 0.02, "t").digest
+    assert parse.parse_claim(entry | {"claim": "y", "note": "n"}, 0.02, "t").digest == base
+    assert parse.parse_claim(entry | {"conditions": {"max_epochs": 1}}, 0.02, "t").digest == base  # default
     for change in ({"seeds": [0, 1]}, {"margin": 0.03}, {"rows": ["s"]}, {"at": {"train.steps": 300}},
                    {"conditions": {"own_lr": True}}, {"hypothesis": "worse"}):
-        assert declarations.parse_claim(entry | change, 0.02, "t").digest != base, change
-    assert declarations.parse_claim(entry, 0.05, "t").digest != base  # the file's default margin decides it too
+        assert parse.parse_claim(entry | change, 0.02, "t").digest != base, change
+    assert parse.parse_claim(entry, 0.05, "t").digest != base  # the file's default margin decides it too
     # the experiment's config file as parsed: its LR, steps or sweep edited after the runs changes the digest
-    lr = {lr: declarations.parse_claim(entry, 0.02, "t", None, lambda e, lr=lr: {"optim": {"lr": lr}}).digest
+    lr = {lr: parse.parse_claim(entry, 0.02, "t", None, lambda e, lr=lr: {"optim": {"lr": lr}}).digest
           for lr in (1e-3, 2e-3)}
     assert len({base, *lr.values()}) == 3
     studies = {"s": {"experiment": "e", "lr_grid": [0.001, 0.003], "seeds": [0, 1, 2]}}
-    with_study = declarations.parse_claim(entry | {"study": "s"}, 0.02, "t", studies).digest
+    with_study = parse.parse_claim(entry | {"study": "s"}, 0.02, "t", studies).digest
     studies["s"]["lr_grid"] = [0.001]
-    assert declarations.parse_claim(entry | {"study": "s"}, 0.02, "t", studies).digest not in (base, with_study)
+    assert parse.parse_claim(entry | {"study": "s"}, 0.02, "t", studies).digest not in (base, with_study)
 
 
 BAD = {  # what the claims file holds -> what the one error line must say
@@ -191,8 +192,8 @@ BAD = {  # what the claims file holds -> what the one error line must say
 def test_a_bad_claims_file_is_one_line_naming_the_file_and_the_claim(tmp_path, text):
     path = tmp_path / "claims.yaml"
     path.write_text(text, encoding="utf-8")
-    with pytest.raises(declarations.ClaimsError) as err:
-        declarations.load_claims(path)
+    with pytest.raises(ClaimsError) as err:
+        parse.load_claims(path)
     assert str(err.value).startswith(f"claims file {path}") and BAD[text] in str(err.value)
     assert "\n" not in str(err.value)
 
@@ -204,22 +205,22 @@ def test_claims_on_different_columns_may_declare_different_conditions(tmp_path):
         f"- {{id: {i}, claim: x, paper: p, experiment: e, hypothesis: better, baseline: b, rows: [r], seeds: [0], "
         f"at: {{train.steps: {steps}}}, conditions: {{own_lr: {own}}}}}\n"
         for i, steps, own in (("a", 300, "true"), ("b", 600, "false"))), encoding="utf-8")
-    assert [c.own_lr for c in declarations.load_claims(path)] == [True, False]
+    assert [c.own_lr for c in parse.load_claims(path)] == [True, False]
 
 
 def test_a_latin1_byte_is_named_with_its_line_and_claim(tmp_path):
     path = tmp_path / "claims.yaml"
     path.write_bytes(b"claims:\n  - id: first\n    claim: ok\n  - id: second\n    claim: caf\xe9\n")
-    with pytest.raises(declarations.ClaimsError, match=r"byte 0xe9 on line 5 \(claim second\) is not UTF-8"):
-        declarations.load_claims(path)
+    with pytest.raises(ClaimsError, match=r"byte 0xe9 on line 5 \(claim second\) is not UTF-8"):
+        parse.load_claims(path)
 
 
 def test_a_broken_claims_file_warns_at_launch_and_records_nothing(tmp_path, caplog):
     (tmp_path / "claims.yaml").write_text("claims: [{id: a}]\n", encoding="utf-8")
     with caplog.at_level(logging.WARNING):
-        assert declarations.covering(tmp_path, "e") == {}
+        assert parse.covering(tmp_path, "e") == {}
     assert "missing keys" in caplog.text and "exploratory" in caplog.text
-    assert declarations.covering(tmp_path / "none", "e") == {}  # no claims file: nothing declared
+    assert parse.covering(tmp_path / "none", "e") == {}  # no claims file: nothing declared
 
 
 @pytest.mark.parametrize("tool", ["make_table", "report", "train"])
@@ -250,41 +251,41 @@ def test_the_documented_claims_file_is_one_the_loader_accepts():
     # docs/claims.md#the-claims-file: the example a user copies must load as written
     doc = (REPO / "docs" / "claims.md").read_text(encoding="utf-8")
     text = doc.split("## The claims file\n\n```yaml\n", 1)[1].split("```", 1)[0]
-    claim, = declarations.load_claims_text(text)
+    claim, = parse.load_claims_text(text)
     assert claim.id == "shazeer-gelu-swish-2000" and claim.study == "ffn-grid" and claim.protocol["rows"] == {
         "ffn": ["relu", "gelu", "swish"]}
 
 
 def test_a_claims_file_that_is_a_folder_stops_a_run_before_any_job(tmp_path):
     (tmp_path / "claims.yaml").mkdir()
-    with pytest.raises(declarations.ClaimsError, match="claims.yaml: Is a directory"):
-        declarations.check(tmp_path)
-    declarations.check(tmp_path / "elsewhere")  # no claims file: nothing to check
+    with pytest.raises(ClaimsError, match="claims.yaml: Is a directory"):
+        parse.check(tmp_path)
+    parse.check(tmp_path / "elsewhere")  # no claims file: nothing to check
 
 
 def test_a_broken_link_as_the_claims_file_is_refused_by_every_reader(tmp_path):
-    from mbexp import study
-    from mbexp.analysis import claims
-    from mbexp.claims_file import load_studies
+    from mbexp.claims.evaluate import evaluate_file
+    from mbexp.study import protocol
+    from mbexp.study.spec import load_studies
 
     (tmp_path / "claims.yaml").symlink_to(tmp_path / "gone.yaml")
-    readers = (declarations.check, load_studies, lambda d: claims.evaluate_file(d, {}),
-               lambda d: study.load_study(d, "any"))
+    readers = (parse.check, load_studies, lambda d: evaluate_file(d, {}),
+               lambda d: protocol.load_study(d, "any"))
     for read in readers:
-        with pytest.raises(declarations.ClaimsError, match="claims.yaml: No such file"):
+        with pytest.raises(ClaimsError, match="claims.yaml: No such file"):
             read(tmp_path)
 
 
 def test_a_claims_digest_does_not_depend_on_the_order_of_its_seeds():
     text = CLAIM.format(words="SwiGLU beats ReLU", hypothesis="better", relu=RELU, swiglu=SWIGLU)
-    (ordered,), (reversed_,) = (declarations.load_claims_text(t) for t in (text, text.replace("[0, 1]", "[1, 0]")))
+    (ordered,), (reversed_,) = (parse.load_claims_text(t) for t in (text, text.replace("[0, 1]", "[1, 0]")))
     assert ordered.digest == reversed_.digest
 
 
 def test_exactly_the_declared_epochs_meets_the_condition():
     from types import SimpleNamespace
 
-    from mbexp.analysis.verdicts import past_epochs
+    from mbexp.claims.rules import past_epochs
 
     one = SimpleNamespace(max_epochs=1)
     assert past_epochs(one, 1.0) is None and past_epochs(one, 1.01)[1] == "past 1 epoch (1.01 epochs)"
@@ -300,8 +301,7 @@ def test_tokens_per_s_counts_the_timed_steps_only(tmp_path, cache):
 
 
 def test_the_provenance_rule_names_why_a_run_does_not_count(tmp_path):
-    from mbexp.analysis.provenance import History, problem
-    from mbexp.analysis.verdicts import standing
+    from mbexp.claims.provenance import History, problem, standing
 
     repo = tmp_path / "repo"
     declare(repo / "results")
@@ -314,7 +314,7 @@ def test_the_provenance_rule_names_why_a_run_does_not_count(tmp_path):
     git(repo, "commit", "-q", "-m", "code")
     later = git(repo, "rev-parse", "HEAD")
     path = repo / "results" / "claims.yaml"
-    claim, history = declarations.load_claims(path)[0], History(path)
+    claim, history = parse.load_claims(path)[0], History(path)
     assert history.declared(claim) == declared_at
     ok = {"declarations": {"glu": claim.digest}, "git_commit": later, "git_clean": True, "git_resumed": []}
     assert problem(ok, claim, history, declared_at) is None
@@ -329,12 +329,12 @@ def test_the_provenance_rule_names_why_a_run_does_not_count(tmp_path):
         assert why in problem(ok | change, claim, history, declared_at), change
     declare(repo / "results", hypothesis="worse")  # edited and committed after the run's launch
     git(repo, "commit", "-q", "-am", "edit")
-    edited, history = declarations.load_claims(path)[0], History(path)
+    edited, history = parse.load_claims(path)[0], History(path)
     assert history.declared(edited) == git(repo, "rev-parse", "HEAD")
     run = ok | {"declarations": {"glu": edited.digest}}  # a digest rewritten in place
     assert "does not descend from the declaring commit" in problem(run, edited, history, history.declared(edited))
     declare(repo / "results", hypothesis="better")  # back to the first text, not committed
-    assert History(path).declared(declarations.load_claims(path)[0]) is None
+    assert History(path).declared(parse.load_claims(path)[0]) is None
     texts = []
     read = pd.DataFrame([ok, ok | {"git_clean": False}]).assign(label="r")
     assert standing(claim, read, texts, History(tmp_path)) == ("exploratory", 0, 2)  # no git: nothing counts

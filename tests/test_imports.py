@@ -1,5 +1,6 @@
-"""The package's imports run one way: the graph of imports between mbexp's modules has no circle; and the command
-line's pre-flight runs without torch."""
+"""The package's imports run one way: the graph of imports between mbexp's modules has no circle, the analysis
+never reaches the study command or a docs fixture, ClaimsError has one home; and the command line's pre-flight
+(and the claims file it reads) runs without torch."""
 
 import ast
 import re
@@ -144,9 +145,56 @@ def test_the_code_carries_no_issue_numbers_or_version_history():
 
 def test_command_lines_are_the_user_commands_and_scripts_only():
     # docs/contributing.md: python -m mbexp.train / study / data are typed by users; every other command is a script
-    found = {module_name(p, PACKAGE) for p in PACKAGE.rglob("*.py")
+    found = {module_name(p, PACKAGE).removesuffix(".__main__") for p in PACKAGE.rglob("*.py")
              if 'if __name__ == "__main__"' in p.read_text(encoding="utf-8")}
     assert found == {"mbexp.train", "mbexp.study", "mbexp.data"}
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module `start` imports, directly or through others."""
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in graph[todo.pop()] - seen:
+            seen.add(nxt)
+            todo.append(nxt)
+    return seen
+
+
+def test_the_analysis_never_reaches_the_study_command_or_a_docs_fixture():
+    # a table is read from disk: it never runs sweeps (the study's protocol is pure functions, mbexp.study.protocol)
+    graph = import_graph(PACKAGE)
+    assert "mbexp.study.command" in graph and "mbexp.study.protocol" in reachable(graph, "mbexp.analysis.studies")
+    found = {m: "mbexp.study.command" for m in graph if m.startswith("mbexp.analysis")
+             and "mbexp.study.command" in reachable(graph, m)}
+    assert not found, found
+    # the docs' worked example is a fixture of scripts/ (scripts/worked_example.py): no module of the package loads it
+    fixture = [f"{p.relative_to(PACKAGE.parent)}" for p in PACKAGE.rglob("*.py")
+               for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+               if isinstance(node, ast.Import | ast.ImportFrom) and "worked_example" in ast.unparse(node)]
+    assert not fixture and not list(PACKAGE.rglob("example.py")), fixture
+
+
+def test_claims_error_has_one_home_and_every_import_names_it():
+    # one exception for a claims file that does not validate, defined in mbexp/claims/__init__.py, imported from there
+    roots = [PACKAGE.parent / d for d in ("mbexp", "scripts", "tests")]
+    defined, imported = [], []
+    for path in (p for root in roots for p in root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and node.name == "ClaimsError":
+                defined.append(path.relative_to(PACKAGE.parent).as_posix())
+            elif isinstance(node, ast.ImportFrom) and any(a.name == "ClaimsError" for a in node.names):
+                imported.append(node.module)
+    assert defined == ["mbexp/claims/__init__.py"] and set(imported) == {"mbexp.claims"}, (defined, imported)
+
+
+def test_reading_the_claims_file_loads_neither_torch_nor_pandas():
+    # the trainer reads it at every launch, before torch; a statistic imports the analysis inside its methods
+    code = "from mbexp.claims.parse import covering; print(len(covering('results', 'ffn_wsd_cpu')))"
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", code], cwd=PACKAGE.parent, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and int(proc.stdout) > 0, proc.stderr[-2000:]
+    loaded = imported(proc.stderr)
+    assert "mbexp.claims.statistics" in loaded and not loaded & {"torch", "pandas", "scipy", "mbexp.analysis"}
 
 
 def test_modules_stay_short_and_long_ones_say_why():

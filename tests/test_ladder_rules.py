@@ -13,8 +13,9 @@ from test_table_rules import holm_by_hand
 from tiny import REPO
 
 from mbexp.analysis import ladder_checks, powerlaw, studies, table
-from mbexp.analysis.claims import evaluate_claim, load_claims
 from mbexp.analysis.collect import collect_runs
+from mbexp.claims.evaluate import evaluate_claim
+from mbexp.claims.parse import load_claims
 
 
 def losses(results, ffn: str, size: str, steps: int = 600) -> list[float]:

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from mbexp.analysis import lr_scan, outputs
-from mbexp.claims_file import load_studies
-from mbexp.study import StudyError, choose
+from mbexp.study.protocol import StudyError, choose
+from mbexp.study.spec import load_studies
 
 CLAIMS = """\
 studies:
@@ -97,7 +97,7 @@ def test_the_scan_picks_what_the_study_command_picks_ties_to_the_smaller(tmp_pat
     study = load_studies(tmp_path)["lad"]
     frame = lr_scan.scan_frame(study, tmp_path)
     picked = frame[frame["chosen"]].set_index(["model", "ffn"])["lr"].to_dict()
-    assert picked == {values: c.lr for values, c in choose(study, tmp_path).items()}
+    assert picked == {values: c.value for values, c in choose(study, tmp_path).items()}
     assert picked[("ladder96", "geglu")] == 1e-3  # the tie at 5.2 goes to the smaller LR
 
 
@@ -136,7 +136,7 @@ def test_successive_halving_is_read_from_the_scan_and_its_misses_are_counted(tmp
 def test_a_studys_cooldown_is_the_one_its_runs_train_with():
     # budgets [300, 600]: the 600-step trunk plus the 300-step branch's cool-down, as its experiment composes it
     from mbexp.analysis.studies import per_run_steps
-    from mbexp.claims_file import parse_study
+    from mbexp.study.spec import parse_study
 
     spec = {"experiment": "ffn_wsd_cpu", "rows": {"ffn": ["relu"]}, "lr_grid": [1e-3, 1e-2], "scan_seeds": [0],
             "seeds": [1], "budgets": [300, 600]}
@@ -150,7 +150,7 @@ def test_a_row_whose_every_lr_diverged_is_no_choice(tmp_path):
     write_scan(tmp_path, losses={**LOSSES, ("ladder96", "geglu"): (inf, inf, inf)})
     study = load_studies(tmp_path)["lad"]
     with pytest.raises(StudyError, match=r"every LR of the grid diverged in the scan for model=ladder96 ffn=geglu "
-                                         r"\(1 row\(s\)\); declare an lr_grid that reaches lower"):
+                                         r"\(1 row\(s\)\); declare a grid that reaches further"):
         choose(study, tmp_path)
     frame = lr_scan.scan_frame(study, tmp_path)
     assert not frame[(frame["model"] == "ladder96") & (frame["ffn"] == "geglu")]["chosen"].any()
@@ -159,7 +159,7 @@ def test_a_row_whose_every_lr_diverged_is_no_choice(tmp_path):
 def test_a_study_whose_overrides_do_not_compose_still_gets_its_cost():
     # mbexp.train refuses such a study's runs; make table and make report must still say what it would cost
     from mbexp.analysis.studies import per_run_steps
-    from mbexp.claims_file import parse_study
+    from mbexp.study.spec import parse_study
 
     spec = {"experiment": "ffn_wsd_cpu", "rows": {"ffn": ["relu"]}, "lr_grid": [1e-3, 1e-2], "scan_seeds": [0],
             "seeds": [1], "budgets": [300, 600], "overrides": ["optim.warmup_step=30"]}

@@ -8,8 +8,9 @@ import pytest
 
 from mbexp.analysis import readme, replication, stats
 from mbexp.analysis.trend import trend
-from mbexp.analysis.verdicts import Result
-from mbexp.declarations import ClaimsError, load_claims_text
+from mbexp.claims import ClaimsError
+from mbexp.claims.parse import load_claims_text
+from mbexp.claims.result import Result
 
 ENTRY = ("  - {{id: {id}, claim: x, paper: p, experiment: {exp}, hypothesis: better, baseline: base, rows: [{rows}], "
          "seeds: [{seeds}]{more}}}\n")

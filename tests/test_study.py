@@ -1,4 +1,4 @@
-"""A declared LR study end to end (docs/studies.md): scan, choice on validation, planned seeds, the table's chosen
+"""A declared study end to end (docs/studies.md): scan, choice on validation, planned seeds, the table's chosen
 LR and edge flag, the own-LR condition, and the compute against the naive grid."""
 
 import contextlib
@@ -16,11 +16,13 @@ import pytest
 import yaml
 from tiny import REPO, children, group_alive, summaries
 
-from mbexp import study as study_cli
 from mbexp.analysis import lr_scan, studies
 from mbexp.analysis.table import Table, build_tables
-from mbexp.claims_file import ClaimsError, load_studies, parse_studies, parse_study
-from mbexp.declarations import load_claims
+from mbexp.claims import ClaimsError
+from mbexp.claims.parse import load_claims
+from mbexp.study import command as study_cli
+from mbexp.study.protocol import StudyError, choose, row_of, scan_losses
+from mbexp.study.spec import load_studies, parse_studies, parse_study
 
 STUDY = """\
 margin: 0.02
@@ -68,8 +70,8 @@ def test_a_study_reusing_a_scan_inherits_it_and_its_claims_digest_follows_it(tmp
     (tmp_path / "claims.yaml").write_text(text.replace("studies:\n", claim, 1).format(cache="c"))
     found = load_studies(tmp_path)
     tiny, rep = found["tiny"], found["rep"]
-    assert (rep.lr_grid, rep.scan_seeds, rep.budgets, rep.select_at, rep.overrides) == \
-        (tiny.lr_grid, tiny.scan_seeds, tiny.budgets, tiny.select_at, tiny.overrides)
+    assert (rep.grid, rep.scan_seeds, rep.budgets, rep.select_at, rep.overrides) == \
+        (tiny.grid, tiny.scan_seeds, tiny.budgets, tiny.select_at, tiny.overrides)
     assert rep.scan_experiment == "smoke_scan" and rep.experiment == "smoke_rep" and rep.seeds == (3, 4)
     digests = {c.id: c.digest for c in load_claims(tmp_path / "claims.yaml")}
     # the reused scan is part of the replication's declaration: editing its grid edits the replication's claim
@@ -257,8 +259,8 @@ def test_a_row_key_left_out_of_an_identity_at_its_default_is_found(tmp_path):
         run.mkdir(parents=True)
         identity = {"optim.lr": lr} | ({"optim.cooldown_shape": shape} if shape != "linear" else {})
         (run / "summary.json").write_text(json.dumps(SUMMARY | {"identity": identity, "final_val_loss": 5 + lr}))
-    choices = study_cli.choose(load_studies(tmp_path)["tiny"], tmp_path)
-    assert {values: c.lr for values, c in choices.items()} == {("linear",): 1e-3, ("sqrt",): 1e-3}
+    choices = choose(load_studies(tmp_path)["tiny"], tmp_path)
+    assert {values: c.value for values, c in choices.items()} == {("linear",): 1e-3, ("sqrt",): 1e-3}
 
 
 def write_scan(results, losses: dict) -> None:
@@ -279,9 +281,9 @@ def test_the_scan_is_read_at_the_selection_budget_not_the_largest(tmp_path):
                           for lr in (1e-3, 1e-2) for steps in (8, 16)})
     study = load_studies(tmp_path)["tiny"]
     assert study.select_at == 8
-    choices = study_cli.choose(study, tmp_path)
-    assert {values: c.lr for values, c in choices.items()} == {("relu",): 1e-3, ("swiglu",): 1e-3}
-    assert study_cli.scan_losses(study, tmp_path, steps=16)[(("relu",), 1e-2)] == [5.0 - 1e-2]
+    choices = choose(study, tmp_path)
+    assert {values: c.value for values, c in choices.items()} == {("relu",): 1e-3, ("swiglu",): 1e-3}
+    assert scan_losses(study, tmp_path, steps=16)[(("relu",), 1e-2)] == [5.0 - 1e-2]
 
 
 def test_an_unsorted_lr_grid_is_read_sorted_and_its_edges_are_its_ends(tmp_path):
@@ -289,11 +291,11 @@ def test_an_unsorted_lr_grid_is_read_sorted_and_its_edges_are_its_ends(tmp_path)
     (tmp_path / "claims.yaml").write_text(
         STUDY.format(cache="c").replace("lr_grid: [1.0e-3, 1.0e-2]", "lr_grid: [3.0e-3, 1.0e-3, 1.0e-2]"))
     study = load_studies(tmp_path)["tiny"]
-    assert study.lr_grid == (1e-3, 3e-3, 1e-2)
-    write_scan(tmp_path, {("relu", lr, 16): 5.0 + lr for lr in study.lr_grid}
-               | {("swiglu", lr, 16): 5.0 + abs(lr - 3e-3) for lr in study.lr_grid})
-    choices = study_cli.choose(study, tmp_path)
-    assert {v: (c.lr, c.edge) for v, c in choices.items()} == {("relu",): (1e-3, "low"), ("swiglu",): (3e-3, "")}
+    assert study.grid == (1e-3, 3e-3, 1e-2)
+    write_scan(tmp_path, {("relu", lr, 16): 5.0 + lr for lr in study.grid}
+               | {("swiglu", lr, 16): 5.0 + abs(lr - 3e-3) for lr in study.grid})
+    choices = choose(study, tmp_path)
+    assert {v: (c.value, c.edge) for v, c in choices.items()} == {("relu",): (1e-3, "low"), ("swiglu",): (3e-3, "")}
 
 
 def test_a_row_has_its_own_lr_only_when_every_planned_run_is_at_the_chosen_lr(tmp_path):
@@ -325,8 +327,8 @@ def test_a_damaged_scan_summary_is_named_and_counts_as_unfinished(tmp_path, dama
         summary = SUMMARY | {"identity": {"ffn.name": ffn, "optim.lr": lr}} | (damage if i == 0 else {})
         (run / "summary.json").write_text(json.dumps(summary))
     study = load_studies(tmp_path)["tiny"]
-    with pytest.raises(study_cli.StudyError) as err:
-        study_cli.choose(study, tmp_path)
+    with pytest.raises(StudyError) as err:
+        choose(study, tmp_path)
     path = re.escape(str(tmp_path / "runs/smoke_scan/v0/seed=0/summary.json"))
     assert re.search(rf"{path}: [^;]*{re.escape(key)}[^;]*; repair or delete that run folder", str(err.value))
     assert lr_scan.scan_frame(study, tmp_path)["n"].tolist() == [0, 1, 1, 1]  # make table: missing, not an error
@@ -400,7 +402,7 @@ def test_the_study_command_scans_chooses_and_runs_the_planned_seeds(tmp_path, ca
 def test_a_row_key_naming_a_config_group_is_read_by_its_name():
     found = parse_study("tiny", TINY | {"rows": {"data": ["text", "bigtxt"], "ffn": ["relu"], "model.d_model": [32]}},
                         "claims file x")
-    assert study_cli.row_of(found, {"data.name": "text", "ffn.name": "relu", "model.d_model": 32}) == (
+    assert row_of(found, {"data.name": "text", "ffn.name": "relu", "model.d_model": 32}) == (
         "text", "relu", "32")
 
 
@@ -507,3 +509,100 @@ def test_a_killed_study_takes_its_sweep_down_and_its_rerun_resumes(tmp_path, cac
         for sweep in sweeps:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(sweep, signal.SIGKILL)
+
+
+WARMUP = """\
+claims:
+  - {{id: warm-tiny, claim: SwiGLU beats ReLU at its own warm-up, paper: test, experiment: smoke, study: warm,
+     baseline: layer-pre-relu-matched, rows: [layer-pre-swiglu-matched], hypothesis: better, seeds: [1]}}
+studies:
+  warm:
+    experiment: smoke
+    rows: {{ffn: [relu, swiglu]}}
+    tune: {{key: optim.warmup_steps, grid: [4, 0]}}
+    scan_seeds: [0]
+    seeds: [1]
+    budgets: [8]
+    overrides: [data.cache_dir={cache}, logger=none, optim.lr=1.0e-2, optim.cooldown_fraction=0.25,
+                train.eval_every=4, train.log_every=4, train.checkpoint_every=4]
+"""
+
+
+def test_a_study_tunes_the_key_it_declares_and_lr_grid_means_tune_the_lr():
+    warm = yaml.safe_load(WARMUP.format(cache="c"))["studies"]["warm"]
+    found = parse_study("warm", warm, "claims file x")
+    assert (found.tune, found.grid, found.tuned) == ("optim.warmup_steps", (0, 4), "optim.warmup_steps")
+    scan = study_cli.scan_command(found)
+    assert "optim.warmup_steps=0,4" in scan and "optim.lr=1.0e-2" in scan and not any(
+        a.startswith("optim.lr=") and a != "optim.lr=1.0e-2" for a in scan)  # the LR is the experiment's, fixed
+    old = parse_study("tiny", TINY, "claims file x")
+    spelled = {k: v for k, v in TINY.items() if k != "lr_grid"} | {"tune": {"grid": TINY["lr_grid"]}}
+    assert old.tune == "optim.lr" and old == parse_study("tiny", spelled, "claims file x")
+    assert old == parse_study("tiny", spelled | {"tune": {"key": "optim.lr", "grid": TINY["lr_grid"]}}, "x")
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"lr_grid": [1.0e-3, 1.0e-2]}, "give tune or lr_grid, not both"),
+    ({"tune": [0, 4]}, "tune must map key (a config key; optim.lr when left out) and grid (its values), got [0, 4]"),
+    ({"tune": {"key": "optim.warmup_steps", "grid": [0, 4], "step": 2}}, "tune must map key"),
+    ({"tune": {"key": "seed", "grid": [0, 4]}}, "tune key 'seed' is not a key a run's identity records or is set by "
+                                                "the study command itself"),
+    ({"tune": {"key": "logger", "grid": [0, 4]}}, "tune key 'logger' is not a key a run's identity records"),
+    ({"tune": {"key": "optim.warmup_step", "grid": [0, 4]}}, "(optim.warmup_step is not a config key; the closest: "
+                                                            "optim.warmup_steps"),
+    ({"tune": {"key": "optim.warmup_steps", "grid": [4, 4.0]}}, "tune grid must list at least two numbers (values "
+                                                                "of optim.warmup_steps), each once, got [4, 4.0]"),
+    ({"tune": {"key": "optim.warmup_steps", "grid": ["4", 8]}}, "tune grid must list at least two numbers"),
+    ({"tune": {"grid": [0, 1.0e-2]}}, "tune grid must list at least two positive learning rates"),
+    ({"rows": {"optim.warmup_steps": [0, 4]}}, "rows key 'optim.warmup_steps' is set by the study command itself "
+                                               "(experiment, name, optim.schedule, optim.warmup_steps, seed"),
+    ({"overrides": ["optim.warmup_steps=2"]}, "overrides item 'optim.warmup_steps=2' sets optim.warmup_steps"),
+])
+def test_a_study_refuses_a_bad_tuned_key_or_grid_in_one_line(change, message):
+    warm = yaml.safe_load(WARMUP.format(cache="c"))["studies"]["warm"]
+    with pytest.raises(ClaimsError) as err:
+        parse_studies({"warm": warm | change}, "claims file x")
+    assert str(err.value).startswith("claims file x, study warm: ") and message in str(err.value)
+
+
+@pytest.mark.slow
+def test_a_study_that_tunes_the_warmup_scans_chooses_and_runs_end_to_end(tmp_path, cache):
+    """`tune: {key: optim.warmup_steps}`: the scan sweeps the warm-up at one LR, each row's warm-up is chosen on
+    validation, the planned seed runs at it, and make table reads the study by its key."""
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "claims.yaml").write_text(WARMUP.format(cache=cache))
+    done = subprocess.run([sys.executable, "-m", "mbexp.study", "warm", "--results", str(results)], cwd=REPO,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "study warm: 2 rows x 2 values of optim.warmup_steps x 1 scan seed(s)" in done.stdout
+    assert "[2/3] chosen on validation at 8 steps" in done.stdout
+    runs = summaries(results)
+    scan = [s for s in runs if s["experiment"] == "smoke_scan"]
+    planned = [s for s in runs if s["experiment"] == "smoke"]
+    assert sorted((s["axes"]["ffn"], s["identity"]["optim.warmup_steps"]) for s in scan) == [
+        ("relu", 0), ("relu", 4), ("swiglu", 0), ("swiglu", 4)]
+    assert {s["identity"]["optim.lr"] for s in runs} == {1e-2} and all(s["status"] == "completed" for s in runs)
+    best = {}  # each row's warm-up: the lower validation loss over the scan seed (ties: the smaller)
+    for s in scan:
+        best.setdefault(s["axes"]["ffn"], []).append((s["final_val_loss"], s["identity"]["optim.warmup_steps"]))
+    chosen = {ffn: min(v)[1] for ffn, v in best.items()}
+    assert {(s["axes"]["ffn"], s["identity"]["optim.warmup_steps"]) for s in planned} == set(chosen.items())
+    assert {s["seed"] for s in planned} == {1} and len(planned) == 2
+    assert f"  ffn=relu: optim.warmup_steps={chosen['relu']}" in done.stdout
+
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_table", REPO / "scripts" / "make_table.py")
+    make_table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_table)
+    assert make_table.main(["--results", str(results), "--no-wandb"]) == 0
+    scanned = (results / "tables" / "warm_lr_scan.md").read_text()
+    assert scanned.startswith("**warm** — optim.warmup_steps scan") and "| optim.warmup_steps=0 |" in scanned
+    frame = pd.read_csv(results / "tables" / "warm_lr_scan.csv")
+    assert frame.loc[frame["chosen"]].set_index("ffn")["optim.warmup_steps"].to_dict() == chosen
+    tables = build_tables(results)
+    studies.annotate(tables, results)
+    note = next(n for n in tables["smoke"].notes if n.startswith("optim.warmup_steps (scan)"))
+    assert f"layer-pre-relu-matched {chosen['relu']}" in note and "lr_chosen" not in tables["smoke"].rows
+    assert pd.read_csv(results / "tables" / "claims.csv")["claim"].tolist() == ["warm-tiny"]

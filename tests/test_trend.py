@@ -70,8 +70,9 @@ def test_a_ladder_claim_missing_a_size_is_not_tested_as_declared():
     """A trend read on a ladder one pair lacks a size of (its runs not all landed) is no verdict."""
     from test_scaling import committed_ladder
 
-    from mbexp.analysis.ladder_claims import ladder_trend
-    from mbexp.declarations import NOT_AS_DECLARED, load_claims_text
+    from mbexp.claims.ladder import tested as ladder_trend
+    from mbexp.claims.parse import load_claims_text
+    from mbexp.claims.vocabulary import NOT_AS_DECLARED
 
     text = """claims:
   - id: t
@@ -99,8 +100,8 @@ def test_a_trend_claim_says_how_many_seeds_would_resolve_its_slope():
     (docs/columns.md#statistics), here recomputed with scipy's noncentral t."""
     from test_scaling import committed_ladder
 
-    from mbexp.analysis.ladder_claims import ladder_trend
-    from mbexp.declarations import load_claims_text
+    from mbexp.claims.ladder import tested as ladder_trend
+    from mbexp.claims.parse import load_claims_text
 
     claim, = load_claims_text("""claims:
   - {id: t, claim: shrinks, paper: none, experiment: ladder_cpu, at: {train.steps: 600}, statistic: trend,
@@ -147,8 +148,9 @@ def test_a_ladder_claim_reads_its_epochs_as_any_claim_does():
     """Past its max_epochs, or with epochs not recorded, a trend claim is not tested as declared."""
     from test_scaling import committed_ladder
 
-    from mbexp.analysis.ladder_claims import ladder_trend
-    from mbexp.declarations import NOT_AS_DECLARED, load_claims_text
+    from mbexp.claims.ladder import tested as ladder_trend
+    from mbexp.claims.parse import load_claims_text
+    from mbexp.claims.vocabulary import NOT_AS_DECLARED
 
     text = """claims:
   - {id: t, claim: shrinks, paper: none, experiment: ladder_cpu, at: {train.steps: 600}, statistic: trend,

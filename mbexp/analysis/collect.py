@@ -26,7 +26,7 @@ REQUIRED_NUMBERS = ("params", "d_ff", "early_val_loss", "final_val_loss", "final
 NUMBERS = REQUIRED_NUMBERS + tuple(k for k in SUMMARY_NUMBERS if k not in REQUIRED_NUMBERS)
 NUMERICS = ("precision", "device", "compiled")  # how a run computed: precision is also in its identity
 CURVE = ("step", "tokens", "val_loss")  # what a run's curve is drawn from, in its metrics.jsonl
-PROVENANCE = ("git_commit", "git_clean", "git_resumed")  # what the provenance rule reads (analysis.provenance)
+PROVENANCE = ("git_commit", "git_clean", "git_resumed")  # what the provenance rule reads (mbexp.claims.provenance)
 RUN_COLUMNS = ("path", *STRINGS, "seed", *AXES, "warmup_steps", *NUMBERS, *NUMERICS, "identity", "config",
                "declarations", *PROVENANCE)
 
@@ -75,7 +75,7 @@ def read_record(path: Path, *, strict: bool = False) -> dict:
         "warmup_steps": axes["warmup_steps"],
         "identity": identity,
         "config": config_key(identity),
-        "declarations": summary.get("declarations") or {},  # claim id -> digest at launch (mbexp.declarations)
+        "declarations": summary.get("declarations") or {},  # claim id -> digest at launch (mbexp.claims.parse.covering)
         **{key: summary.get(key) for key in PROVENANCE},
     }
 

@@ -10,7 +10,7 @@ from scipy import stats as scipy_stats
 
 from mbexp.analysis import ladder_draws
 from mbexp.analysis.powerlaw import fit, multiplier
-from mbexp.declarations import UNRESOLVED
+from mbexp.claims.vocabulary import UNRESOLVED
 
 FORMS = ("shared floor", "separate floors", "E = 0")  # then one "without <size>" per size
 AGREE = (ladder_draws.RISES, ladder_draws.FALLS)  # the verdicts a panel can agree on

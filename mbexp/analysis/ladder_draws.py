@@ -10,7 +10,7 @@ import pandas as pd
 
 from mbexp.analysis.powerlaw import fit, multiplier
 from mbexp.analysis.stats import LEVEL
-from mbexp.declarations import UNRESOLVED
+from mbexp.claims.vocabulary import UNRESOLVED
 
 MIN_POINTS = 3  # per variant: two curve parameters each and the shared floor leave a residual from 3 points
 RESAMPLES = 200  # bootstrap refits

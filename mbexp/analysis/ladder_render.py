@@ -13,8 +13,8 @@ from mbexp.analysis.files import FIT, found
 from mbexp.analysis.powerlaw import ALPHA_BOUNDS, Curve
 from mbexp.analysis.render import fmt
 from mbexp.analysis.scaling import LEVEL, SHOWN, Ladder, ranking
-from mbexp.claims_file import load_studies
-from mbexp.declarations import UNRESOLVED
+from mbexp.claims.vocabulary import UNRESOLVED
+from mbexp.study.spec import load_studies
 
 LEGEND = ("α, E, A: the fitted L(C) = E + A·C^-α (bounded α in (0, 2], E in [0, least mean loss); at bound: the "
           "data did not pin it). RMS resid.: root mean square of mean loss − fitted loss over the curve's points, "

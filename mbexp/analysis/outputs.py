@@ -5,11 +5,11 @@ and per declared study with scan runs tables/<study>_lr_scan.{md,csv} and figure
 from pathlib import Path
 
 from mbexp.analysis import decision, figures, ladder_render, lr_scan, render, report, scaling
-from mbexp.analysis.claims import Result
 from mbexp.analysis.files import DECISION, FIT, SCAN, figure_path, table_path
 from mbexp.analysis.table import Table
-from mbexp.claims_file import load_studies
+from mbexp.claims.result import Result
 from mbexp.io import atomic_write, write_text
+from mbexp.study.spec import load_studies
 
 
 def write_outputs(results_dir, tables: dict[str, Table], resamples: int = scaling.RESAMPLES) -> dict[str, list[Path]]:

@@ -7,7 +7,7 @@ import pandas as pd
 
 from mbexp.analysis import equivalent, stats
 from mbexp.analysis.table import SENSITIVITY_AXES, Table, setting, short
-from mbexp.declarations import BASELINE, BETTER, EQUIVALENT, UNRESOLVED, WORSE
+from mbexp.claims.vocabulary import BASELINE, BETTER, EQUIVALENT, UNRESOLVED, WORSE
 from mbexp.run.summary import FLOPS_FORMULA, N_MATMUL
 
 CI = f"{stats.LEVEL:.0%}"  # an interval's coverage as its headers and captions say it

@@ -11,8 +11,10 @@ from mbexp.analysis import stats
 from mbexp.analysis.scaling import ladder_points
 from mbexp.analysis.table import Table
 from mbexp.analysis.trend import ladder_deltas, trend
-from mbexp.analysis.verdicts import Comparison, Result, outcome, verdict
-from mbexp.declarations import (
+from mbexp.claims.claim import Claim
+from mbexp.claims.result import Comparison, Result
+from mbexp.claims.rules import outcome, verdict
+from mbexp.claims.vocabulary import (
     CONFIRMATORY,
     EQUIVALENT,
     EXPLORATORY,
@@ -20,7 +22,6 @@ from mbexp.declarations import (
     NOT_AS_DECLARED,
     NOT_TESTED,
     UNTESTED,
-    Claim,
 )
 
 LOOKS = 2  # a replication is the second look at one question

@@ -11,7 +11,7 @@ from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestPower
 from statsmodels.stats.weightstats import DescrStatsW, ttost_ind
 
-from mbexp.declarations import BETTER, EQUIVALENT, UNRESOLVED, WORSE
+from mbexp.claims.vocabulary import BETTER, EQUIVALENT, UNRESOLVED, WORSE
 
 LEVEL = 0.95  # every interval's coverage
 ALPHA = 0.05  # every test's level: 1 - LEVEL

@@ -1,5 +1,5 @@
-"""Declared LR studies in the tables (docs/studies.md): each row's LR as its study's scan chose it, whether every
-run of the row sits at it, and the compute a study spent against the naive grid of separate runs."""
+"""Declared studies in the tables (docs/studies.md): each row's LR as its study's scan chose it, whether every run
+of the row sits at it, and the compute a study spent against the naive grid of separate runs."""
 
 import contextlib
 import math
@@ -7,17 +7,18 @@ from functools import cache
 
 from mbexp.analysis.render import setting
 from mbexp.analysis.table import Table
-from mbexp.claims_file import Study, load_studies
 from mbexp.config import CONF_DIR, ConfigError, OptimConfig, compose_config
 from mbexp.io import is_number, read_summary
 from mbexp.run.identity import summaries_of
 from mbexp.schedule import cooldown_start
-from mbexp.study import StudyError, choose, row_of
+from mbexp.study.protocol import StudyError, choose, row_of, tuned_value
+from mbexp.study.spec import LR, Study, load_studies
 
 
 def annotate(tables: dict[str, Table], results_dir) -> None:
     """Add to each declared study's table the columns lr_chosen, lr_edge and lr_own (every planned run of the row
-    at its chosen LR), and a note saying how the LRs were chosen; a table whose scan is unfinished says so."""
+    at its chosen LR), and a note saying how the LRs were chosen; a table whose scan is unfinished says so. A study
+    that tunes another key says each row's choice in its note: the table's LR columns stay the LR's."""
     for study in load_studies(results_dir).values():
         table = tables.get(study.experiment)
         if table is None:
@@ -25,24 +26,30 @@ def annotate(tables: dict[str, Table], results_dir) -> None:
         try:
             choices = {tuple(map(str, values)): c for values, c in choose(study, results_dir).items()}
         except StudyError as exc:
-            table.notes.append(f"each row's LR is not known yet: {exc}")
+            table.notes.append(f"each row's {study.tuned} is not known yet: {exc}")
             continue
         chosen, edge, own = {}, {}, {}
         for label, runs in table.runs.groupby("label"):
             c = choices.get(row_of(study, runs["identity"].iloc[0]))
             planned = runs[runs["seed"].isin(study.seeds)]
-            chosen[label], edge[label] = (c.lr, c.edge) if c else (math.nan, "")
+            chosen[label], edge[label] = (c.value, c.edge) if c else (math.nan, "")
             own[label] = bool(c) and len(planned) > 0 and all(
-                is_number(i.get("optim.lr")) and math.isclose(i["optim.lr"], c.lr) for i in planned["identity"])
+                is_number(v := tuned_value(study, i)) and math.isclose(v, c.value) for i in planned["identity"])
+        how = (f"chosen by the declared study `{study.name}`"
+               f"{f' (the scan of `{study.scan_of}`)' if study.scan_of else ''} on mean validation log-ppl at "
+               f"{study.select_at} steps over scan seed(s) {', '.join(map(str, study.scan_seeds))} (runs in "
+               f"`{study.scan_experiment}`) from {', '.join(setting(v) for v in study.grid)}")
+        if study.tune != LR:
+            table.notes.append(f"{study.tune} (scan): each row's {study.tune}, {how}: " + "; ".join(
+                f"{label} {setting(v)}{f' (the {edge[label]} edge of the grid)' if edge[label] else ''}"
+                f"{'' if own[label] else ', not every planned run at it'}" for label, v in chosen.items()))
+            continue
         rows = table.rows
         rows["lr_chosen"], rows["lr_edge"] = rows["label"].map(chosen), rows["label"].map(edge).fillna("")
         rows["lr_own"] = rows["label"].map(own).fillna(False).astype(bool)
         table.notes.append(
-            f"lr (scan): each row's LR, chosen by the declared study `{study.name}`"
-            f"{f' (the scan of `{study.scan_of}`)' if study.scan_of else ''} on mean validation log-ppl at "
-            f"{study.select_at} steps over scan seed(s) {', '.join(map(str, study.scan_seeds))} (runs in "
-            f"`{study.scan_experiment}`) from {', '.join(setting(v) for v in study.lr_grid)}; `edge`: the best LR is "
-            "an end of the grid, so the optimum may lie beyond it; the scan seeds are not among the rows' seeds")
+            f"lr (scan): each row's LR, {how}; `edge`: the best LR is an end of the grid, so the optimum may lie "
+            "beyond it; the scan seeds are not among the rows' seeds")
 
 
 def _runs(study: Study, results_dir) -> list[dict]:
@@ -119,7 +126,7 @@ def cost(study: Study, results_dir) -> dict:
         steps += own
         tokens += own * (s.get("tokens_seen") or 0) / s["step"]
         seconds += own_seconds
-    rows, grid = len(study.row_values()), len(study.lr_grid)
+    rows, grid = len(study.row_values()), len(study.grid)
     scan_seeds = study.own_scan_seeds
     naive = rows * grid * len(set(scan_seeds) | set(study.seeds)) * sum(study.budgets)
     design = per_run_steps(study) * rows * (grid * len(scan_seeds) + len(study.seeds))

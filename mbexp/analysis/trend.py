@@ -11,7 +11,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from mbexp.analysis.stats import ALPHA, LEVEL, Interval, holm, seed_deltas
-from mbexp.declarations import UNRESOLVED
+from mbexp.claims.vocabulary import UNRESOLVED
 
 EXACT_LIMIT = 200_000  # permutations enumerated exactly up to this many, else drawn
 DRAWS = 20_000

@@ -11,9 +11,9 @@ import torch
 from omegaconf import OmegaConf
 
 from mbexp import distributed, wait_policy
+from mbexp.claims.parse import covering
 from mbexp.config import Config
 from mbexp.data import Batches, TokenData
-from mbexp.declarations import covering
 from mbexp.io import (
     CONFIG,
     FINISHED,

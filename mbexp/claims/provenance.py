@@ -1,15 +1,20 @@
 """The provenance rule (docs/claims.md#declarations-confirmatory-or-exploratory): a run read by a claim counts
 as launched under it only when it recorded the claim's current digest, ran from a clean tree, at a commit in the
 history of the repository that holds the claims file, descending from the commit that declared the claim as it
-now reads. Git answers the history questions; each answer is asked once."""
+now reads; a verdict is confirmatory when every run it reads was (`standing`). Git answers the history questions;
+each answer is asked once."""
 
 import subprocess
 from pathlib import Path
 
+import pandas as pd
 import yaml
 
 from mbexp import CONF_DIR
-from mbexp.declarations import Claim, ClaimsError, parse_claims
+from mbexp.claims import ClaimsError
+from mbexp.claims.claim import Claim
+from mbexp.claims.parse import parse_claims
+from mbexp.claims.vocabulary import CONFIRMATORY, EXPLORATORY
 
 CONF_EXPERIMENTS = f"{CONF_DIR.name}/experiment"  # an experiment's config file, from the repository's top
 
@@ -116,3 +121,22 @@ def orphans(runs, claims: list[Claim]) -> dict[str, int]:
         for claim_id in set(recorded or {}) - declared:
             found[claim_id] = found.get(claim_id, 0) + 1
     return dict(sorted(found.items()))
+
+
+def standing(claim: Claim, read: pd.DataFrame, texts: list[str], history: History | None = None,
+             scan: pd.DataFrame | None = None) -> tuple[str, int, int]:
+    """(standing, runs launched under the declaration, runs read): confirmatory when every run read, the scan's
+    runs of the rows read included, was by the provenance rule; else exploratory, with a line added to `texts`
+    saying how many were not and why."""
+    if scan is not None and len(read):
+        read = pd.concat([read, scan[scan["label"].isin(set(read["label"]))]])
+    declared = history.declared(claim) if history is not None and history.top is not None else None
+    problems = [problem(run, claim, history, declared) for run in read.to_dict("records")]
+    launched = sum(p is None for p in problems)
+    if len(read) and launched == len(read):
+        return CONFIRMATORY, launched, len(read)
+    reasons = sorted({p for p in problems if p}, key=lambda p: -problems.count(p))
+    why = f" ({'; '.join(reasons[:2])}{'; ...' if len(reasons) > 2 else ''})" if reasons else ""
+    texts.append(f"exploratory: {len(read) - launched} of {len(read)} runs read were not launched under this "
+                 f"declaration{why}")
+    return EXPLORATORY, launched, len(read)

@@ -1,43 +1,39 @@
-"""Ladder claims (statistic: trend): the fit-free trend of a gated FFN's paired Δ over model size, read like any
-other claim (planned seeds, declared conditions, standing from the runs' recorded digests)."""
+"""A ladder claim (statistic: trend, mbexp.claims.statistics.Trend): the fit-free trend of a gated FFN's paired Δ
+over model size, read like any other claim (planned seeds, declared conditions, standing from the runs' recorded
+digests)."""
 
 import math
 
 import pandas as pd
 
 from mbexp.analysis import stats
-from mbexp.analysis.provenance import History
 from mbexp.analysis.scaling import ladder_points
 from mbexp.analysis.table import Table, cell_runs, slow_start_seeds
 from mbexp.analysis.trend import holm_p, ladder_deltas, trend
-from mbexp.analysis.verdicts import (
+from mbexp.claims.claim import Claim
+from mbexp.claims.provenance import History, standing
+from mbexp.claims.result import Comparison, Result, seed_range, short
+from mbexp.claims.rules import edge_text, lr_edges, outcome, past_epochs, verdict
+from mbexp.claims.vocabulary import (
+    EXPLORATORY,
     LR_EDGE,
+    NOT_AS_DECLARED,
     NOT_OWN_LR,
+    NOT_TESTED,
     RUNS_MISSING,
     SLOW_STARTS,
-    Comparison,
-    Result,
-    edge_text,
-    lr_edges,
-    outcome,
-    past_epochs,
-    seed_range,
-    short,
-    standing,
-    verdict,
 )
-from mbexp.declarations import EXPLORATORY, NOT_AS_DECLARED, NOT_TESTED, Claim
 
 
-def ladder_trend(claim: Claim, table: Table | None, history: History | None = None,
-                 scan: pd.DataFrame | None = None) -> Result:
+def tested(claim: Claim, table: Table | None, history: History | None = None,
+           scan: pd.DataFrame | None = None) -> Result:
     """A ladder claim (statistic: trend): per (variant, baseline) pair, the fit-free trend of the paired Δ over
     ln(non-embedding parameters) at the claim's budget (analysis/trend.py; default the largest), on the planned
     seeds; resolved when the Holm-adjusted slope t-test and permutation p are both below α; `better`: Δ falls."""
     if table is None:
         return Result(claim, [], NOT_TESTED, EXPLORATORY, {}, [f"no finished runs of {claim.experiment}"])
 
-    def tested(seeds) -> tuple[list[Comparison], int]:
+    def family(seeds) -> tuple[list[Comparison], int]:
         trends, steps, sizes = claim_trends(table, claim.pairs, claim.at, seeds)
         out = [Comparison(r, b, t.interval, t90.interval, t.per_seed, len(t.seeds),
                           per_size={sizes[n]: d for n, d in t.deltas.items()})
@@ -52,7 +48,7 @@ def ladder_trend(claim: Claim, table: Table | None, history: History | None = No
 
     planned = set(claim.seeds)
     try:
-        (comparisons, steps), (everyone, _) = tested(planned), tested(None)
+        (comparisons, steps), (everyone, _) = family(planned), family(None)
     except ValueError as err:  # variants the ladder lacks
         return Result(claim, [], NOT_TESTED, EXPLORATORY, {}, [str(err)])
     # every size of the claim's variants at the budget read: its row's label and slow-start seeds

@@ -1,55 +1,29 @@
-"""The claims file (`<results_dir>/claims.yaml`) read defensively, and the LR protocols it declares under
-`studies:` (docs/studies.md). Torch- and pandas-free: the trainer imports it through mbexp.declarations.
-Over 300 lines: reading the file defensively (aliases, encodings, links) and every study rule share one module
-until the claims and studies packages split them."""
+"""A study as the claims file declares it under `studies:` (docs/studies.md): rows crossed, the key its scan tunes
+and that key's grid, scan seeds, planned seeds, budgets; validated strictly (ClaimsError) and resolved through
+`scan_of`. Torch- and pandas-free: the claims file is read at every launch."""
 
-import math
-import re
 from dataclasses import dataclass
 from itertools import product
-from pathlib import Path
 
-from mbexp.io import is_int, is_number, read_regular
+from mbexp.claims import ClaimsError
+from mbexp.claims.file import SEED_LIST, claims_path, finite_number, int_list, read_file, seed_list
+from mbexp.io import is_int
 from mbexp.schedule import BUDGETS_RULE, valid_budgets
 
-CLAIMS_FILE = "claims.yaml"
-STUDY_KEYS = ("experiment", "rows", "lr_grid", "scan_seeds", "seeds", "budgets", "select_at", "overrides", "note",
-              "scan_of")
-SCANNED = ("lr_grid", "scan_seeds", "budgets", "select_at", "overrides")  # what a study reusing a scan inherits
+LR = "optim.lr"  # the key a study tunes unless it declares another (`tune: {key: ...}`)
+STUDY_KEYS = ("experiment", "rows", "lr_grid", "tune", "scan_seeds", "seeds", "budgets", "select_at", "overrides",
+              "note", "scan_of")
+SCANNED = ("lr_grid", "tune", "scan_seeds", "budgets", "select_at", "overrides")  # what a study reusing a scan inherits
 SCAN_SUFFIX = "_scan"  # a study's scan runs live in their own experiment: its seeds never join the planned rows
-# what the study command sets on every run itself: neither a row key nor an override may set it again
-PROTOCOL_KEYS = ("experiment", "name", "optim.schedule", "optim.lr", "seed", "train.steps", "train.budgets",
-                 "results_dir", "hydra/launcher", "hydra.launcher")
+# what the study command sets on every run itself, the tuned key among them: neither a row key nor an override may
+# set it again
+PROTOCOL_KEYS = ("experiment", "name", "optim.schedule", "seed", "train.steps", "train.budgets", "results_dir",
+                 "hydra/launcher", "hydra.launcher")
 
 
-def claims_path(results_dir) -> Path | None:
-    """<results_dir>/claims.yaml, or None when nothing is there; a folder, a FIFO or a broken link there is returned,
-    so that reading it is refused rather than passed over."""
-    path = Path(results_dir, CLAIMS_FILE)
-    return path if path.exists() or path.is_symlink() else None
-
-
-class ClaimsError(ValueError):
-    pass
-
-
-def finite_number(value) -> bool:
-    return is_number(value) and math.isfinite(value)
-
-
-def int_list(value) -> bool:
-    return isinstance(value, list) and all(is_int(v) for v in value)
-
-
-SEED_LIST = "a non-empty list of distinct integers in [0, 2**32)"  # what seed_list accepts, in words
-
-
-def seed_list(value) -> bool:
-    """A non-empty list of distinct seeds that mbexp.train accepts (integers in [0, 2**32))."""
-    from mbexp.validate import SEEDS
-
-    return int_list(value) and bool(value) and min(value) >= 0 and max(value) < SEEDS and \
-        len(set(value)) == len(value)
+def protocol_keys(tuned: str = LR) -> tuple:
+    """The keys the study command sets on every run of a study that tunes `tuned`."""
+    return (*PROTOCOL_KEYS[:3], tuned, *PROTOCOL_KEYS[3:])
 
 
 def identity_key(key: str) -> str:
@@ -68,10 +42,18 @@ def _in_identity(key: str) -> bool:
     return ident in SCHEMA_KEYS and not any(ident == k or ident.startswith(f"{k}.") for k in NOT_IDENTITY)
 
 
-def _owned(key: str, rows=()) -> bool:
+def _not_recorded(key: str) -> str:
+    """' (why)' when `key` is no config key at all, with the closest ones; '' when it is one."""
+    from mbexp.config import GROUPS, SCHEMA_KEYS, unknown_key
+
+    known = identity_key(key) in SCHEMA_KEYS or key in GROUPS  # arch: a group, not recorded
+    return "" if known else f" ({unknown_key(key)})"
+
+
+def _owned(key: str, rows=(), tuned: str = LR) -> bool:
     """Whether the study command sets `key` itself (or it is one of the study's row keys)."""
     key = key.lstrip("+~")
-    return key in rows or any(key == k or key.startswith(f"{k}.") for k in PROTOCOL_KEYS)
+    return key in rows or any(key == k or key.startswith(f"{k}.") for k in protocol_keys(tuned))
 
 
 def _not_one_value(override: str, exact: bool) -> str:
@@ -90,24 +72,20 @@ def _not_one_value(override: str, exact: bool) -> str:
     return ""
 
 
-def _check_rows(rows, here: str) -> None:
+def _check_rows(rows, here: str, tuned: str) -> None:
     """Each row key one the study does not set itself, each value listed once and read by Hydra as written: the
     scan joins the values with commas, and a run's identity must give the value back to be found."""
     if not isinstance(rows, dict) or not rows or not all(isinstance(k, str) and isinstance(v, list) and v
                                                         for k, v in rows.items()):
         raise ClaimsError(f"{here}: rows must map each key to a non-empty list of values, got {rows!r}")
     for key, values in rows.items():
-        if _owned(key):
+        if _owned(key, tuned=tuned):
             raise ClaimsError(f"{here}: rows key {key!r} is set by the study command itself ("
-                              f"{', '.join(PROTOCOL_KEYS)}); a row varies another key")
+                              f"{', '.join(protocol_keys(tuned))}); a row varies another key")
         if not _in_identity(key):
-            from mbexp.config import GROUPS, SCHEMA_KEYS, unknown_key
-
-            known = identity_key(key) in SCHEMA_KEYS or key in GROUPS  # arch: a group, not recorded
-            near = "" if known else f" ({unknown_key(key)})"
-            raise ClaimsError(f"{here}: rows key {key!r} is not recorded in a run's identity{near}, so the study "
-                              "could not tell its rows apart; vary a config key that decides the numbers (ffn, "
-                              "model.d_model)")
+            raise ClaimsError(f"{here}: rows key {key!r} is not recorded in a run's identity{_not_recorded(key)}, so "
+                              "the study could not tell its rows apart; vary a config key that decides the numbers "
+                              "(ffn, model.d_model)")
         if len({str(v) for v in values}) < len(values):
             raise ClaimsError(f"{here}: rows {key}: {values!r} lists a value twice; list each value once")
         for value in values:
@@ -118,7 +96,7 @@ def _check_rows(rows, here: str) -> None:
                                   f"a row key on its own, e.g. {key}: [a, b]")
 
 
-def _check_overrides(overrides, rows, here: str) -> None:
+def _check_overrides(overrides, rows, here: str, tuned: str) -> None:
     """A list of key=value overrides, none a sweep or a key the study sets (the protocol's, or a row key)."""
     if not isinstance(overrides, list) or not all(isinstance(o, str) and o.partition("=")[0].lstrip("+~") and
                                                   "=" in o for o in overrides):
@@ -126,57 +104,12 @@ def _check_overrides(overrides, rows, here: str) -> None:
                           f"{overrides!r}")
     for override in overrides:
         key = override.partition("=")[0]
-        if _owned(key, rows):
+        if _owned(key, rows, tuned):
             raise ClaimsError(f"{here}: overrides item {override!r} sets {key}, which the study sets itself ("
-                              f"{', '.join(PROTOCOL_KEYS)}) or varies as a row; drop it")
+                              f"{', '.join(protocol_keys(tuned))}) or varies as a row; drop it")
         if why := _not_one_value(override, exact=False):
             raise ClaimsError(f"{here}: overrides item {override!r} is not one key=value ({why}); every run of "
                               "the study takes the same overrides")
-
-
-def _near(raw: bytes, offset: int) -> str:
-    """' (claim ID)' for the last claim id declared before `offset` in the file's bytes, else ''."""
-    ids = re.findall(rb"\bid:\s*([^\s,}]+)", raw[:offset])
-    return f" (claim {ids[-1].decode('latin-1')})" if ids else ""
-
-
-def parse_yaml(text: str, where: str):
-    """`text` read as yaml.safe_load reads it, but with its aliases refused (ClaimsError): nested aliases expand
-    exponentially (a "billion laughs" file) and would hang whatever walks the result."""
-    import yaml
-
-    class NoAliases(yaml.SafeLoader):
-        def compose_node(self, parent, index):
-            if self.check_event(yaml.AliasEvent):
-                alias = self.peek_event()
-                raise ClaimsError(f"{where}: line {alias.start_mark.line + 1} uses the YAML alias *{alias.anchor}; "
-                                  "aliases are refused here: write each value out")
-            return super().compose_node(parent, index)
-
-    return yaml.load(text, Loader=NoAliases)
-
-
-def read_file(path: Path):
-    """The claims file's YAML; ClaimsError names the file (and the claim near a bad byte or a syntax error)."""
-    import yaml
-
-    try:
-        raw = read_regular(path)  # a FIFO in its place is refused, never waited on
-    except OSError as err:
-        raise ClaimsError(f"claims file {path}: {err.strerror or err}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = raw[:err.start].count(b"\n") + 1
-        raise ClaimsError(f"claims file {path}: byte 0x{raw[err.start]:02x} on line {line}{_near(raw, err.start)} "
-                          "is not UTF-8; save the file as UTF-8") from None
-    try:
-        return parse_yaml(text, f"claims file {path}")
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        at = len("\n".join(text.splitlines()[:mark.line + 1]).encode()) if mark else 0
-        where = f" on line {mark.line + 1}{_near(raw, at)}" if mark else ""
-        raise ClaimsError(f"claims file {path}: not valid YAML{where}: {getattr(err, 'problem', err)}") from None
 
 
 def parse_studies(studies, where: str) -> dict:
@@ -209,23 +142,30 @@ def _inherit(name: str, spec, studies: dict, where: str):
 
 @dataclass(frozen=True)
 class Study:
-    """A declared LR protocol: rows (key -> values, crossed), an LR grid, scan seeds, planned seeds, budgets."""
+    """A declared protocol: rows (key -> values, crossed), the tuned key's grid, scan seeds, planned seeds,
+    budgets."""
 
     name: str
     experiment: str
     rows: dict
-    lr_grid: tuple
+    grid: tuple  # the values of the tuned key the scan tries, sorted
     scan_seeds: tuple
     seeds: tuple
     budgets: tuple
     select_at: int
     overrides: tuple = ()
-    scan_of: str = ""  # the study whose scan chose this one's LRs (its own scan when empty)
+    scan_of: str = ""  # the study whose scan chose this one's values (its own scan when empty)
     scanned: str = ""  # the experiment whose scan that is
+    tune: str = LR  # the key the scan tunes, each row's value chosen on validation
 
     @property
     def scan_experiment(self) -> str:
         return (self.scanned or self.experiment) + SCAN_SUFFIX
+
+    @property
+    def tuned(self) -> str:
+        """The tuned key as text names it: LR, or the key itself."""
+        return "LR" if self.tune == LR else self.tune
 
     @property
     def own_scan_seeds(self) -> tuple:
@@ -257,6 +197,36 @@ def _float(text: str) -> float | None:
         return None
 
 
+def _tuned(spec: dict, here: str) -> tuple[str, list, str]:
+    """(key, grid, how the file names the grid): `tune: {key: KEY, grid: [...]}` (key optim.lr when left out), or
+    `lr_grid: [...]`, which tunes optim.lr."""
+    if "lr_grid" in spec:
+        if "tune" in spec:
+            raise ClaimsError(f"{here}: give tune or lr_grid, not both (lr_grid: [...] is tune: {{grid: [...]}})")
+        return LR, spec["lr_grid"], "lr_grid"
+    tune = spec["tune"]
+    if not isinstance(tune, dict) or "grid" not in tune or set(tune) - {"key", "grid"} or \
+            not isinstance(tune.get("key", LR), str):
+        raise ClaimsError(f"{here}: tune must map key (a config key; {LR} when left out) and grid (its values), "
+                          f"got {tune!r}")
+    key = tune.get("key", LR)
+    if _owned(key) and key != LR or not _in_identity(key):
+        raise ClaimsError(f"{here}: tune key {key!r} is not a key a run's identity records{_not_recorded(key)} or is "
+                          f"set by the study command itself; tune a config key that decides the numbers "
+                          "(optim.lr, optim.warmup_steps)")
+    return key, tune["grid"], "tune grid"
+
+
+def _check_grid(grid, key: str, field: str, here: str) -> None:
+    """At least two numbers, each once; learning rates positive."""
+    what = "positive learning rates" if key == LR else f"numbers (values of {key})"
+    if not isinstance(grid, list) or len(grid) < 2 or not all(finite_number(v) and (v > 0 or key != LR)
+                                                              for v in grid) \
+            or len({float(v) for v in grid}) < len(grid):
+        raise ClaimsError(f"{here}: {field} must list at least two {what}, each once, got {grid!r}"
+                          f"{_yaml_text_number(grid)}")
+
+
 def parse_study(name: str, spec, where: str, studies: dict | None = None) -> Study:
     """A `studies:` entry (as parse_studies resolved it) as a Study; ClaimsError names the file, the study and the
     key on a bad entry."""
@@ -264,38 +234,37 @@ def parse_study(name: str, spec, where: str, studies: dict | None = None) -> Stu
     if not isinstance(spec, dict) or not isinstance(spec.get("experiment"), str):
         raise ClaimsError(f"{here}: expected a mapping with an `experiment` name")
     unknown = sorted(set(spec) - set(STUDY_KEYS))
-    missing = sorted({"rows", "lr_grid", "scan_seeds", "seeds", "budgets"} - set(spec))
+    missing = sorted({"rows", "scan_seeds", "seeds", "budgets"} - set(spec)) + \
+        ([] if "lr_grid" in spec or "tune" in spec else ["tune (or lr_grid)"])
     if unknown or missing:
         raise ClaimsError(f"{here}: " + (f"unknown keys {unknown}; allowed: {', '.join(STUDY_KEYS)}" if unknown
                                           else f"missing {', '.join(missing)}"))
-    rows, grid, budgets = spec["rows"], spec["lr_grid"], spec["budgets"]
-    _check_rows(rows, here)
-    if not isinstance(grid, list) or len(grid) < 2 or not all(finite_number(v) and v > 0 for v in grid) \
-            or len({float(v) for v in grid}) < len(grid):
-        raise ClaimsError(f"{here}: lr_grid must list at least two positive learning rates, each once, got {grid!r}"
-                          f"{_yaml_text_number(grid)}")
+    (tuned, grid, field), rows, budgets = _tuned(spec, here), spec["rows"], spec["budgets"]
+    _check_rows(rows, here, tuned)
+    _check_grid(grid, tuned, field, here)
     if not int_list(budgets) or not valid_budgets(budgets):
         raise ClaimsError(f"{here}: budgets must be {BUDGETS_RULE}, got {budgets!r}")
     for key in ("scan_seeds", "seeds"):
         if not seed_list(spec[key]):
             raise ClaimsError(f"{here}: {key} must be {SEED_LIST}, got {spec[key]!r}")
     if shared := sorted(set(spec["scan_seeds"]) & set(spec["seeds"])):
-        raise ClaimsError(f"{here}: seeds {shared} are both scan and planned seeds: an LR chosen on a seed would "
+        raise ClaimsError(f"{here}: seeds {shared} are both scan and planned seeds: a value chosen on a seed would "
                           "flatter that seed's rows")
     select_at = spec.get("select_at", max(budgets))
     if not is_int(select_at) or select_at not in budgets:
         raise ClaimsError(f"{here}: select_at={select_at!r} is not one of the budgets {sorted(budgets)} (a step "
                           "count)")
-    _check_overrides(spec.get("overrides", []), rows, here)
+    _check_overrides(spec.get("overrides", []), rows, here, tuned)
     scan_of = spec.get("scan_of", "")
     source = (studies or {}).get(scan_of, {}) if scan_of else {}
     if scan_of and (set(rows) != set(source["rows"]) or any(not set(v) <= set(source["rows"][k])
                                                            for k, v in rows.items())):
-        raise ClaimsError(f"{here}: rows {rows!r} must be among the rows of {scan_of}, whose scan chooses their LRs")
+        raise ClaimsError(f"{here}: rows {rows!r} must be among the rows of {scan_of}, whose scan chooses their "
+                          "values")
     return Study(name, spec["experiment"], {str(k): list(v) for k, v in rows.items()},
-                 tuple(sorted(float(v) for v in grid)), tuple(spec["scan_seeds"]), tuple(spec["seeds"]),
-                 tuple(sorted(budgets)), int(select_at), tuple(spec.get("overrides", ())), scan_of,
-                 source.get("experiment", ""))
+                 tuple(sorted(float(v) if tuned == LR else v for v in grid)), tuple(spec["scan_seeds"]),
+                 tuple(spec["seeds"]), tuple(sorted(budgets)), int(select_at), tuple(spec.get("overrides", ())),
+                 scan_of, source.get("experiment", ""), tuned)
 
 
 def load_studies(results_dir) -> dict[str, Study]:

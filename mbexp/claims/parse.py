@@ -1,87 +1,31 @@
-"""Declared claims (`<results_dir>/claims.yaml`): loaded, validated strictly and digested (docs/claims.md).
+"""The claims file (`<results_dir>/claims.yaml`) -> Claims: every entry validated strictly and digested
+(docs/claims.md#the-claims-file).
 
 A run records at launch the digests of the claims of its experiment, or of its study's scan (`covering`); a verdict
 is confirmatory only when every run it reads recorded its claim's current digest (and the rest of docs/claims.md's
 provenance rule holds). Torch- and pandas-free: the trainer imports it.
 """
 
-import hashlib
-import json
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from mbexp import CONF_DIR
-from mbexp.claims_file import (
-    SCAN_SUFFIX,
-    SEED_LIST,
-    ClaimsError,
-    claims_path,
-    finite_number,
-    parse_studies,
-    parse_yaml,
-    read_file,
-    seed_list,
-)
+from mbexp.claims import ClaimsError
+from mbexp.claims.claim import Claim, digest
+from mbexp.claims.file import SEED_LIST, claims_path, finite_number, parse_yaml, read_file, seed_list
+from mbexp.claims.statistics import STATISTICS
+from mbexp.claims.vocabulary import DEFAULT_MARGIN, HYPOTHESES, MARGIN_RULE, valid_margin
 from mbexp.io import is_int
+from mbexp.study.spec import SCAN_SUFFIX, parse_studies
 
 log = logging.getLogger(__name__)
 
-# the one vocabulary of the tables: a comparison's mark (a claim's without an interval: fewer than 2 seeds), what
-# it says for the hypothesis, the claim's verdict, and whether that verdict is confirmatory
-MARKS = BETTER, WORSE, EQUIVALENT, UNRESOLVED, NO_INTERVAL = ("better", "worse", "equivalent", "not resolved",
-                                                              "not tested")
-BASELINE = "baseline"  # the mark of a table's baseline row
-OUTCOMES = SUPPORTS, CONTRADICTS, OPEN, UNTESTED = ("supports", "contradicts", "open", "untested")
-VERDICTS = AGREES, DISAGREES, NOT_RESOLVED, NOT_TESTED, NOT_AS_DECLARED = (
-    "agrees", "disagrees", "not resolved", "not tested", "not tested as declared")
-STANDINGS = CONFIRMATORY, EXPLORATORY = ("confirmatory", "exploratory")
-
-HYPOTHESES = (BETTER, WORSE, EQUIVALENT, "ordering")
-STATISTICS = ("delta", "sensitivity", "sensitivity_diff", "trend")
-DEFAULT_MARGIN = 0.02
-MARGIN_RULE = "a positive, finite number of nats"  # every margin: claims file, claim, make table --margin
 TOP_KEYS = ("margin", "claims", "studies")
 PROSE = ("claim", "paper", "paper_numbers", "note")  # free text: not part of the digest
 KEYS = ("id", *PROSE, "experiment", "at", "baseline", "rows", "pairs", "hypothesis", "statistic", "margin", "seeds",
         "conditions", "study", "replicates")
 REQUIRED = ("id", "claim", "paper", "experiment", "hypothesis", "seeds")
 CONDITIONS = ("own_lr", "max_epochs")
-
-
-def valid_margin(value) -> bool:
-    return finite_number(value) and value > 0
-
-
-
-@dataclass(frozen=True)
-class Claim:
-    """One declared claim: what a paper says, where we test it, and how (see results/claims.yaml)."""
-
-    id: str
-    claim: str
-    paper: str
-    paper_numbers: str
-    experiment: str
-    hypothesis: str
-    pairs: tuple  # (row, baseline) per comparison: the claim's Holm family; baseline None for a sensitivity
-    seeds: tuple  # the seeds planned before the runs
-    at: tuple = ()  # ((column key, value),) or () when the experiment has no column axis
-    statistic: str = "delta"
-    margin: float = DEFAULT_MARGIN
-    own_lr: bool = False  # the claim needs every row at its own tuned learning rate
-    max_epochs: float | None = 1.0  # the claim needs runs within this many epochs of the training split
-    note: str = ""
-    study: str = ""
-    protocol: dict = field(default_factory=dict, compare=False)  # the study's declared protocol
-    replicates: str = ""  # the id of the claim this one repeats on new seeds: read pooled with it (replication)
-    digest: str = ""
-
-
-def digest(content: dict) -> str:
-    """Short sha256 of the canonical JSON of a claim's declared content."""
-    text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(text.encode("ascii")).hexdigest()[:12]
 
 
 def experiment_config(experiment: str):
@@ -145,7 +89,7 @@ def parse_claim(entry, default_margin: float, where: str, studies: dict | None =
         if key in entry and (not isinstance(entry[key], str) or not entry[key] and key in REQUIRED):
             raise ClaimsError(f"{where}: {key} must be text, got {entry[key]!r}")
     hypothesis, statistic = entry["hypothesis"], entry.get("statistic", Claim.statistic)
-    if hypothesis not in HYPOTHESES or statistic not in STATISTICS:
+    if hypothesis not in HYPOTHESES or not isinstance(statistic, str) or statistic not in STATISTICS:
         raise ClaimsError(f"{where}: hypothesis must be one of {', '.join(HYPOTHESES)} and statistic one of "
                           f"{', '.join(STATISTICS)}, got {hypothesis!r} and {statistic!r}")
     pairs = _pairs(entry, hypothesis, statistic, where)
@@ -187,9 +131,9 @@ def parse_claim(entry, default_margin: float, where: str, studies: dict | None =
         digest=digest(content))
 
 
-def _pairs(entry: dict, hypothesis: str, statistic: str, where: str) -> tuple:
-    """The claim's comparisons (row, baseline): its Holm family."""
-    rows = entry.get("rows", [])
+def _pairs(entry: dict, hypothesis: str, name: str, where: str) -> tuple:
+    """The claim's comparisons (row, baseline): its Holm family, as its statistic declares them."""
+    rows, statistic = entry.get("rows", []), STATISTICS[name]
     if not isinstance(rows, list) or not all(isinstance(r, str) and r for r in rows):
         raise ClaimsError(f"{where}: rows must be a list of row labels, got {rows!r}")
     if "pairs" in entry:
@@ -197,17 +141,18 @@ def _pairs(entry: dict, hypothesis: str, statistic: str, where: str) -> tuple:
         if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) == 2 and
                                                   all(isinstance(x, str) and x for x in p) for p in pairs):
             raise ClaimsError(f"{where}: pairs must be a list of [row, baseline] label pairs, got {pairs!r}")
-        if rows or "baseline" in entry or statistic == "sensitivity" or hypothesis == "ordering":
+        if rows or "baseline" in entry or not statistic.baseline or hypothesis == "ordering":
             raise ClaimsError(f"{where}: pairs replace rows and baseline, and suit neither an ordering nor a "
                               "sensitivity")
         found = tuple((a, b) for a, b in pairs)
     elif hypothesis == "ordering":
-        if len(rows) < 2 or statistic != "delta":
-            raise ClaimsError(f"{where}: an ordering needs at least 2 rows, best first, and statistic delta")
+        if len(rows) < 2 or not statistic.ordering:
+            orders = ", ".join(n for n, s in STATISTICS.items() if s.ordering)
+            raise ClaimsError(f"{where}: an ordering needs at least 2 rows, best first, and statistic {orders}")
         found = tuple(zip(rows[:-1], rows[1:]))
-    elif statistic == "sensitivity":
+    elif not statistic.baseline:
         if "baseline" in entry:
-            raise ClaimsError(f"{where}: a sensitivity takes rows and no baseline (sensitivity_diff compares two)")
+            raise ClaimsError(f"{where}: a {name} takes rows and no baseline (sensitivity_diff compares two)")
         found = tuple((r, None) for r in rows)
     else:
         if "baseline" not in entry:
