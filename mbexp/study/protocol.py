@@ -119,10 +119,10 @@ def best_of(grid, losses: dict) -> Choice:
 
 
 def choices_of(study: Study, found: dict) -> tuple[dict, list]:
-    """Each row's Choice from the scan's losses `found` (scan_losses), for the rows whose scan is complete; and the
-    scan runs missing, as the overrides that would train them."""
+    """Each scanned row's Choice from the scan's losses `found` (scan_losses), for the rows whose scan is complete;
+    and the scan runs missing, as the overrides that would train them."""
     choices, missing = {}, []
-    for values in study.row_values():
+    for values in study.scan_row_values():
         row = tuple(str(v) for v in values)
         losses, gaps = {}, []
         for value in study.grid:
@@ -138,7 +138,7 @@ def choices_of(study: Study, found: dict) -> tuple[dict, list]:
 
 def choose(study: Study, results_dir) -> dict:
     """Each row's Choice: the grid value with the lowest mean validation loss over the scan seeds (ties: the
-    smaller); StudyError names the scan runs still missing."""
+    smaller), a row of a `transfer_from` study its base row's; StudyError names the scan runs still missing."""
     damaged: list = []
     choices, missing = choices_of(study, scan_losses(study, results_dir, damaged=damaged))
     if missing:
@@ -150,4 +150,4 @@ def choose(study: Study, results_dir) -> dict:
         raise StudyError(f"study {study.name!r}: every {study.tuned} of the grid diverged in the scan for "
                          f"{' '.join(study.row_overrides(lost[0]))} ({len(lost)} row(s)); declare a grid that "
                          "reaches further")
-    return choices
+    return {values: choices[study.source(values)] for values in study.row_values()}
