@@ -107,8 +107,10 @@ def test_a_transfer_claim_refuses_what_it_cannot_read(change, message):
         load_claims_text(text)
 
 
-def test_a_transfer_claim_needs_a_study_with_widths():
-    text = CLAIMS.split("  - {id: drift")[0].replace("model: [width64, width96, width128], ", "")
+@pytest.mark.parametrize("old, new", [("model: [width64, width96, width128], ", ""),
+                                      ("select_at: 600", "select_at: 600\n    transfer_from: {model: width64}")])
+def test_a_transfer_claim_needs_a_study_that_scans_every_width(old, new):
+    text = CLAIMS.split("  - {id: drift")[0].replace(old, new)
     with pytest.raises(ClaimsError, match="rows include model"):
         load_claims_text(text)
 

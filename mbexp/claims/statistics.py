@@ -119,8 +119,9 @@ class Transfer(Statistic):
 
     def problem(self, pairs, protocol):
         widths = [str(w) for w in (protocol.get("rows") or {}).get("model", [])]
-        if not widths:
-            return "a transfer claim reads a study whose rows include model (the widths)"
+        if not widths or protocol.get("transfer_from"):
+            return "a transfer claim reads a study whose rows include model (the widths), each scanned (no " \
+                "transfer_from)"
         if len({b for _, b in pairs}) != 1 or any(r == b for r, b in pairs):
             return "a transfer claim names its base width as baseline and the other widths as rows"
         if unknown := sorted({w for pair in pairs for w in pair} - set(widths)):

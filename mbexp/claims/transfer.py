@@ -44,21 +44,20 @@ def tested(claim: Claim, history: History | None = None, scan: pd.DataFrame | No
     choices, _ = choices_of(study, tally(study, runs, study.select_at))
     base_width = claim.pairs[0][1]  # parse: every pair's baseline is the claim's one baseline
     groups = [v for v in study.row_values() if str(v[_width(study)]) == base_width]  # one per other row values
+    compared = {(_at(study, group, width), group) for group in groups for width, _ in claim.pairs}
+    read_rows = [v for v in study.row_values() if v in {row for pair in compared for row in pair}]
     comparisons, unmet, tags, texts = [], [], [], []
     for group in groups:
-        base = choices.get(group)
         for width, _ in claim.pairs:
             row = _at(study, group, width)
-            if base is None or row not in choices:
-                missing = ", ".join(_name(study, v) for v in (group, row) if v not in choices)
-                unmet.append(f"scan incomplete for {missing}")
-                continue
-            comparisons.append(_compare(study, claim, choices[row], base, _name(study, row), _name(study, group)))
+            if row in choices and group in choices:
+                comparisons.append(_compare(study, choices[row], choices[group], _name(study, row),
+                                            _name(study, group)))
     for c in comparisons:
         c.outcome = outcome(claim.hypothesis, c, comparisons)
-    read_rows = {v for group in groups for v in (group, *(_at(study, group, w) for w, _ in claim.pairs))}
-    if unmet:
+    if missing := [_name(study, v) for v in read_rows if v not in choices]:
         tags.append(RUNS_MISSING)
+        unmet.append(f"scan incomplete for {', '.join(missing)}")
     if lost := [v for v in read_rows if v in choices and math.isinf(choices[v].losses[choices[v].value])]:
         unmet.append("every LR of the grid diverged for " + ", ".join(_name(study, v) for v in lost))
     if edges := [v for v in read_rows if v in choices and choices[v].edge]:
@@ -67,8 +66,7 @@ def tested(claim: Claim, history: History | None = None, scan: pd.DataFrame | No
             f"{_name(study, v)} ({choices[v].edge})" for v in edges) + ": the optimum may lie beyond; extend the grid")
     texts.append(f"{study.tuned} chosen per row on the scan's mean validation loss at {study.select_at} steps; Δ: "
                  f"grid steps from the base width's choice; vertex per row: " + ", ".join(
-                     f"{_name(study, v)} {_vertex(study, choices[v])}" for v in study.row_values()
-                     if v in read_rows and v in choices))
+                     f"{_name(study, v)} {_vertex(study, choices[v])}" for v in read_rows if v in choices))
     read = scan[scan["identity"].map(lambda i: isinstance(i, dict) and _row(study, i) in read_rows)
                 & scan["seed"].isin(study.scan_seeds) & (scan["steps"] == study.select_at)]
     if past := past_epochs(claim, read["epochs"].max()):
@@ -103,7 +101,7 @@ def _name(study: Study, values: tuple) -> str:
     return "-".join(str(v) for v in (*values[:i], *values[i + 1:], values[i]))
 
 
-def _compare(study: Study, claim: Claim, mine, base, row: str, baseline: str) -> Comparison:
+def _compare(study: Study, mine, base, row: str, baseline: str) -> Comparison:
     """One width against the base width: Δ the signed grid steps (< 0: the width chose a smaller value)."""
     steps = study.grid.index(mine.value) - study.grid.index(base.value)
     interval = stats.Interval(float(steps))
