@@ -12,7 +12,10 @@ from mbexp.schedule import BUDGETS_RULE, valid_budgets
 
 LR = "optim.lr"  # the key a study tunes unless it declares another (`tune: {key: ...}`)
 STUDY_KEYS = ("experiment", "rows", "lr_grid", "tune", "scan_seeds", "seeds", "budgets", "select_at", "overrides",
-              "note", "scan_of")
+              "note", "scan_of", "family")
+# the Holm family its verdicts read: each claim's own comparisons (default; the study-wide p shown beside), or
+# every comparison of the study, all its claims and budgets
+FAMILIES = ("claim", "study")
 SCANNED = ("lr_grid", "tune", "scan_seeds", "budgets", "select_at", "overrides")  # what a study reusing a scan inherits
 SCAN_SUFFIX = "_scan"  # a study's scan runs live in their own experiment: its seeds never join the planned rows
 # what the study command sets on every run itself, the tuned key among them: neither a row key nor an override may
@@ -255,6 +258,9 @@ def parse_study(name: str, spec, where: str, studies: dict | None = None) -> Stu
         raise ClaimsError(f"{here}: select_at={select_at!r} is not one of the budgets {sorted(budgets)} (a step "
                           "count)")
     _check_overrides(spec.get("overrides", []), rows, here, tuned)
+    if spec.get("family", FAMILIES[0]) not in FAMILIES:
+        raise ClaimsError(f"{here}: family must be one of {', '.join(FAMILIES)} (the Holm family its verdicts "
+                          f"read), got {spec['family']!r}")
     scan_of = spec.get("scan_of", "")
     source = (studies or {}).get(scan_of, {}) if scan_of else {}
     if scan_of and (set(rows) != set(source["rows"]) or any(not set(v) <= set(source["rows"][k])
