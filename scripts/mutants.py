@@ -307,6 +307,10 @@ MUTANTS = [
            "starts = np.arange((tokens.size - 1) // self.seq_len, dtype=np.int64) * self.seq_len",
            "starts = np.arange((tokens.size - 1) // self.seq_len, dtype=np.int64) * (self.seq_len // 2)",
            (T + "test_train.py::test_full_final_evaluation_scores_every_token_of_both_splits",)),
+    Mutant("study_family_ignored", "mbexp/claims/evaluate.py",
+           'if members and members[0][0].protocol.get("family") == "study":', 'if False:',
+           (T + "test_claim_rules.py::test_a_study_declaring_family_study_reads_its_verdicts_on_the_study_wide_"
+            "holm",)),
     # replications by rule: pooled seeds, two looks, the first verdict beside, conditions carried
     Mutant("replication_one_look", "mbexp/analysis/replication.py", "LOOKS = 2  #", "LOOKS = 1  #",
            (T + "test_replication.py::test_pooled_trends_pool_each_sizes_seeds_and_double_both_ps",)),

@@ -70,7 +70,7 @@ def test_a_studys_comparisons_share_one_holm_family_beside_each_claims_own():
         return Comparison("r", "b", iv, iv, None, 6, p_holm=p, mark="better" if p < 0.05 else "not resolved")
 
     def claimed(study: str, *cs) -> SimpleNamespace:
-        claim = SimpleNamespace(study=study, margin=0.02, statistic="delta")
+        claim = SimpleNamespace(study=study, margin=0.02, statistic="delta", protocol={})
         return SimpleNamespace(claim=claim, comparisons=list(cs))
 
     a, b = claimed("s", comparison(-0.05, 0.01), comparison(-0.05, 0.02)), claimed("s", comparison(-0.05, 0.03))
@@ -83,6 +83,29 @@ def test_a_studys_comparisons_share_one_holm_family_beside_each_claims_own():
     wide = claimed("t", *(comparison(-0.05, 0.02) for _ in range(3)))
     study_family([wide])
     assert {c.mark_study for c in wide.comparisons} == {"not resolved"}  # 0.06 after Holm over three
+
+
+def test_a_study_declaring_family_study_reads_its_verdicts_on_the_study_wide_holm():
+    """Three claims each resolved on their own (p 0.02, one comparison each): Holm over the study's three p gives
+    0.06, so a study declaring `family: study` reads all three not resolved; the default family leaves them."""
+    from mbexp.claims.evaluate import study_family
+    from mbexp.claims.result import Comparison
+
+    def claimed(family: str | None) -> SimpleNamespace:
+        samples = (-0.05 + 0.004 * pd.Series([-1.0, 1.0, -0.5, 0.5, -0.2, 0.2]),)
+        iv = stats.Interval(-0.05, -0.06, -0.04, se=0.004, df=5, p=0.02, method="paired", samples=samples)
+        c = Comparison("r", "b", iv, iv, None, 6, p_holm=0.02, mark="better", outcome="supports")
+        claim = SimpleNamespace(study="s", margin=0.02, statistic="delta", hypothesis="better",
+                                protocol={"family": family} if family else {})
+        return SimpleNamespace(claim=claim, comparisons=[c], verdict="agrees", unmet=[], qualifiers=[])
+
+    own = [claimed(None) for _ in range(3)]
+    study_family(own)
+    assert [r.verdict for r in own] == ["agrees"] * 3 and own[0].comparisons[0].p_holm == 0.02
+    wide = [claimed("study") for _ in range(3)]
+    study_family(wide)
+    assert [r.verdict for r in wide] == ["not resolved"] * 3
+    assert wide[0].comparisons[0].p_holm == pytest.approx(0.06) and "family: study" in wide[0].qualifiers[0]
 
 
 def test_a_better_claim_is_contradicted_only_beyond_the_margin_and_inside_it_reads_equivalent():

@@ -557,6 +557,7 @@ def test_a_study_tunes_the_key_it_declares_and_lr_grid_means_tune_the_lr():
     ({"rows": {"optim.warmup_steps": [0, 4]}}, "rows key 'optim.warmup_steps' is set by the study command itself "
                                                "(experiment, name, optim.schedule, optim.warmup_steps, seed"),
     ({"overrides": ["optim.warmup_steps=2"]}, "overrides item 'optim.warmup_steps=2' sets optim.warmup_steps"),
+    ({"family": "budget"}, "family must be one of claim, study (the Holm family its verdicts read), got 'budget'"),
 ])
 def test_a_study_refuses_a_bad_tuned_key_or_grid_in_one_line(change, message):
     warm = yaml.safe_load(WARMUP.format(cache="c"))["studies"]["warm"]

@@ -107,11 +107,14 @@ def test_a_transfer_claim_refuses_what_it_cannot_read(change, message):
         load_claims_text(text)
 
 
-@pytest.mark.parametrize("old, new", [("model: [width64, width96, width128], ", ""),
-                                      ("select_at: 600", "select_at: 600\n    transfer_from: {model: width64}")])
-def test_a_transfer_claim_needs_a_study_that_scans_every_width(old, new):
+@pytest.mark.parametrize("old, new, message", [
+    ("model: [width64, width96, width128], ", "", "rows include model"),
+    ("select_at: 600", "select_at: 600\n    transfer_from: {model: width64}", "each scanned"),
+    ("select_at: 600", "select_at: 600\n    family: study", "no p to correct"),
+])
+def test_a_transfer_claim_needs_a_study_that_scans_every_width_on_its_own_family(old, new, message):
     text = CLAIMS.split("  - {id: drift")[0].replace(old, new)
-    with pytest.raises(ClaimsError, match="rows include model"):
+    with pytest.raises(ClaimsError, match=message):
         load_claims_text(text)
 
 

@@ -9,13 +9,14 @@ import pandas as pd
 from mbexp.analysis import stats
 from mbexp.analysis.replication import pool_all
 from mbexp.analysis.table import Table
-from mbexp.claims import family, ladder, transfer
+from mbexp.claims import family, ladder, rules, transfer
 from mbexp.claims.claim import Claim
 from mbexp.claims.file import claims_path
 from mbexp.claims.parse import load_claims, scan_experiment
 from mbexp.claims.provenance import History
 from mbexp.claims.result import Result
 from mbexp.claims.statistics import STATISTICS
+from mbexp.claims.vocabulary import NOT_AS_DECLARED
 
 
 def evaluate(claims: list[Claim], tables: dict[str, Table], history: History | None = None) -> list[Result]:
@@ -73,3 +74,24 @@ def study_family(results: list) -> None:
         for (_, c), p_study, t_study in zip(members, p, tost):
             c.p_holm_study = p_study
             c.mark_study = c.mark if math.isnan(p_study) else stats.mark(c.interval.delta, p_study, t_study)
+        if members and members[0][0].protocol.get("family") == "study":
+            read_study_family(members, [r for r in results if r.claim.study == members[0][0].study])
+
+
+def read_study_family(members: list, results: list) -> None:
+    """A study declared with `family: study`: its verdicts read the study-wide Holm (p, TOST and beyond-margin
+    alike) instead of each claim's own family."""
+    far = stats.holm([stats.beyond_margin(c.interval, claim.margin) for claim, c in members])
+    tost = stats.holm([stats.tost(c.interval, claim.margin) for claim, c in members])
+    for (claim, c), f, t in zip(members, far, tost):
+        if math.isnan(c.p_holm_study):
+            continue
+        c.p_holm, c.mark, c.beyond_holm = c.p_holm_study, c.mark_study, f
+        if STATISTICS[claim.statistic].ladder:  # a trend is resolved by its permutation p too
+            c.p_holm = max(c.p_holm_study, c.p_permutation_holm)
+            c.mark = stats.mark(c.interval.delta, c.p_holm, math.nan)
+        c.tost_holm = t if STATISTICS[claim.statistic].study_tost else c.tost_holm
+        c.outcome = rules.outcome(claim, c)
+    for r in results:
+        r.verdict = NOT_AS_DECLARED if r.unmet else rules.verdict(r.comparisons)
+        r.qualifiers.append(f"Holm over study {r.claim.study}'s {len(members)} comparisons (family: study)")

@@ -122,6 +122,8 @@ class Transfer(Statistic):
         if not widths or protocol.get("transfer_from"):
             return "a transfer claim reads a study whose rows include model (the widths), each scanned (no " \
                 "transfer_from)"
+        if protocol.get("family") == "study":
+            return "a transfer claim has no p to correct: its study reads each claim's own family (no family: study)"
         if len({b for _, b in pairs}) != 1 or any(r == b for r, b in pairs):
             return "a transfer claim names its base width as baseline and the other widths as rows"
         if unknown := sorted({w for pair in pairs for w in pair} - set(widths)):

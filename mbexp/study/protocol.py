@@ -150,4 +150,10 @@ def choose(study: Study, results_dir) -> dict:
         raise StudyError(f"study {study.name!r}: every {study.tuned} of the grid diverged in the scan for "
                          f"{' '.join(study.row_overrides(lost[0]))} ({len(lost)} row(s)); declare a grid that "
                          "reaches further")
-    return {values: choices[study.source(values)] for values in study.row_values()}
+    return {values: choices[source(study, values)] for values in study.row_values()}
+
+
+def source(study: Study, values: tuple) -> tuple:
+    """The scanned row whose choice a row takes: itself, or with `transfer_from` the row at the base value."""
+    return next(v for v in study.scan_row_values() if all(a == b or k in dict(study.transfer_from)
+                                                           for k, a, b in zip(study.rows, v, values)))

@@ -12,7 +12,10 @@ from mbexp.schedule import BUDGETS_RULE, valid_budgets
 
 LR = "optim.lr"  # the key a study tunes unless it declares another (`tune: {key: ...}`)
 STUDY_KEYS = ("experiment", "rows", "lr_grid", "tune", "scan_seeds", "seeds", "budgets", "select_at", "overrides",
-              "note", "scan_of", "transfer_from")
+              "note", "scan_of", "family", "transfer_from")
+# the Holm family its verdicts read: each claim's own comparisons (default; the study-wide p shown beside), or
+# every comparison of the study, all its claims and budgets
+FAMILIES = ("claim", "study")
 SCANNED = ("lr_grid", "tune", "scan_seeds", "budgets", "select_at", "overrides",  # what a study reusing a scan inherits
            "transfer_from")
 SCAN_SUFFIX = "_scan"  # a study's scan runs live in their own experiment: its seeds never join the planned rows
@@ -186,11 +189,6 @@ class Study:
     def scan_row_values(self) -> list[tuple]:
         return list(product(*self.scanned_rows.values()))
 
-    def source(self, values: tuple) -> tuple:
-        """The scanned row whose choice a row takes: itself, or with `transfer_from` the row at the base value."""
-        return next(v for v in self.scan_row_values() if all(a == b or k in dict(self.transfer_from)
-                                                              for k, a, b in zip(self.rows, v, values)))
-
     def row_overrides(self, values: tuple) -> list[str]:
         return [f"{key}={value}" for key, value in zip(self.rows, values)]
 
@@ -271,8 +269,10 @@ def parse_study(name: str, spec, where: str, studies: dict | None = None) -> Stu
         raise ClaimsError(f"{here}: select_at={select_at!r} is not one of the budgets {sorted(budgets)} (a step "
                           "count)")
     _check_overrides(spec.get("overrides", []), rows, here, tuned)
-    transfer = spec.get("transfer_from", {})
-    if not isinstance(transfer, dict) or len(transfer) > 1 or any(
+    if spec.get("family", FAMILIES[0]) not in FAMILIES:
+        raise ClaimsError(f"{here}: family must be one of {', '.join(FAMILIES)} (the Holm family its verdicts "
+                          f"read), got {spec['family']!r}")
+    if not isinstance(transfer := spec.get("transfer_from", {}), dict) or len(transfer) > 1 or any(
             k not in rows or str(v) not in map(str, rows[k]) for k, v in transfer.items()):
         raise ClaimsError(f"{here}: transfer_from must map one row key to one of its values (the base row the scan "
                           f"tries, whose choice every row takes), e.g. {{model: width64}}, got {transfer!r}")
