@@ -168,7 +168,7 @@ def test_claims_file_errors_are_one_line(tmp_path):
     assert done.returncode == 2 and not (tmp_path / "tables").exists()
     assert done.stderr.splitlines() == [f"error: claims file {bad}, claim 0 (x): hypothesis must be one of better, "
                                         "worse, equivalent, ordering and statistic one of delta, sensitivity, "
-                                        "sensitivity_diff, trend, got 'best' and 'delta'"]
+                                        "sensitivity_diff, trend, transfer, got 'best' and 'delta'"]
 
 
 def test_make_table_writes_the_claims_table(tmp_path):

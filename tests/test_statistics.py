@@ -47,7 +47,7 @@ def test_a_statistic_of_one_class_registered_is_read_end_to_end_by_make_table(tm
         for row in VAL:
             write_run(tmp_path, row, seed=seed, final=VAL[row][seed], test=TEST[row][seed], **BIG)
     (tmp_path / "claims.yaml").write_text(CLAIMS)
-    with pytest.raises(ClaimsError, match="statistic one of delta, sensitivity, sensitivity_diff, trend, got "
+    with pytest.raises(ClaimsError, match="statistic one of delta, sensitivity, sensitivity_diff, trend, transfer, got "
                                           "'better' and 'val_delta'"):
         load_claims(tmp_path / "claims.yaml")  # not registered: the claims file names no such statistic
 
@@ -73,10 +73,11 @@ def test_a_statistic_of_one_class_registered_is_read_end_to_end_by_make_table(tm
 
 
 def test_each_registered_statistic_is_declared_as_its_claims_are_read():
-    assert list(STATISTICS) == ["delta", "sensitivity", "sensitivity_diff", "trend"]
+    assert list(STATISTICS) == ["delta", "sensitivity", "sensitivity_diff", "trend", "transfer"]
     assert all(name == s.name for name, s in STATISTICS.items())
     # an ordering needs a statistic that orders; a baseline-free statistic refuses a baseline
     assert [n for n, s in STATISTICS.items() if s.ordering] == ["delta"]
     assert [n for n, s in STATISTICS.items() if not s.baseline] == ["sensitivity"]
     assert [n for n, s in STATISTICS.items() if s.spans] == ["sensitivity", "sensitivity_diff"]
     assert [n for n, s in STATISTICS.items() if s.ladder] == ["trend"]
+    assert [n for n, s in STATISTICS.items() if s.transfer] == ["transfer"]

@@ -54,7 +54,7 @@ def scan_frame(study: Study, results_dir) -> pd.DataFrame:
     one diverged; NaN: none finished), and for a row whose scan is complete, whether this value is its choice."""
     found, lines, col = scan_losses(study, results_dir), [], value_column(study)
     sd = seed_sd(found)
-    for values in study.row_values():
+    for values in study.scan_row_values():
         row = tuple(str(v) for v in values)
         runs = {v: found.get((row, v), []) for v in study.grid}
         means = {v: sum(r) / len(r) if r else math.nan for v, r in runs.items()}
@@ -101,7 +101,7 @@ def halving(study: Study, results_dir) -> tuple[dict, int]:
     fraction = cooldown_fraction(study)
     cooldowns = [b - cooldown_start(b, fraction) for b in rungs]
     out = {}
-    for values in study.row_values():
+    for values in study.scan_row_values():
         row = tuple(str(v) for v in values)
         means = {}
         for b in rungs:

@@ -13,6 +13,9 @@ def read_at(result: Result) -> str:
     claim = result.claim
     if claim.statistic == "trend":
         return f"{claim.experiment}, paired Δ over size" + "".join(f", {k}={setting(v)}" for k, v in claim.at)
+    if claim.statistic == "transfer":
+        steps = claim.protocol.get("select_at") or max(claim.protocol.get("budgets") or [0])
+        return f"{claim.experiment}_scan, chosen LR per width at train.steps={steps}"
     if claim.statistic != "delta":
         return f"{claim.experiment}, warm-up sensitivity"
     where = ", ".join(f"{k}={setting(v)}" for k, v in claim.at)

@@ -45,6 +45,9 @@ SENSITIVITY_TEXT = {WORSE: "worse without warm-up by more than {m}", BETTER: "be
 DIFF_TEXT = {WORSE: "needs warm-up more than {b}", BETTER: "needs warm-up less than {b}",
              EQUIVALENT: "warm-up sensitivity within ±{m} of {b}"}
 
+TRANSFER_TEXT = {EQUIVALENT: "every width's chosen LR within one grid step of {b}'s, per value of the other rows",
+                 WORSE: "some width's chosen LR more than one grid step from {b}'s, per value of the other rows"}
+
 
 def _interval(low: float, high: float) -> str:
     return "—" if pd.isna(low) else f"[{low:+.4f}, {high:+.4f}]"
@@ -58,7 +61,8 @@ def hypothesis(result: Result) -> str:
     claim = result.claim
     bases = sorted({b for _, b in claim.pairs if b})
     base = ", ".join(short(b, [p[0] for p in claim.pairs] + bases) if len(bases) > 1 else b for b in bases)
-    texts = {"sensitivity": SENSITIVITY_TEXT, "sensitivity_diff": DIFF_TEXT}.get(claim.statistic, HYPOTHESIS_TEXT)
+    texts = {"sensitivity": SENSITIVITY_TEXT, "sensitivity_diff": DIFF_TEXT, "transfer": TRANSFER_TEXT}.get(
+        claim.statistic, HYPOTHESIS_TEXT)
     text = texts[claim.hypothesis]
     return text.format(b=f"`{base}`", m=f"{claim.margin:g}")
 

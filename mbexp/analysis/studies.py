@@ -126,10 +126,10 @@ def cost(study: Study, results_dir) -> dict:
         steps += own
         tokens += own * (s.get("tokens_seen") or 0) / s["step"]
         seconds += own_seconds
-    rows, grid = len(study.row_values()), len(study.grid)
+    rows, scanned, grid = len(study.row_values()), len(study.scan_row_values()), len(study.grid)
     scan_seeds = study.own_scan_seeds
     naive = rows * grid * len(set(scan_seeds) | set(study.seeds)) * sum(study.budgets)
-    design = per_run_steps(study) * rows * (grid * len(scan_seeds) + len(study.seeds))
+    design = per_run_steps(study) * (scanned * grid * len(scan_seeds) + rows * len(study.seeds))
     return {"study": study.name, "steps": int(steps), "tokens": int(tokens), "run_seconds": round(seconds),
             "naive_steps": naive, "design_steps": design, "design_ratio": design / naive,
             "done": steps / design, "unbranched": unbranched, "unbranched_steps": over}

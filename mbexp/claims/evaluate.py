@@ -9,7 +9,7 @@ import pandas as pd
 from mbexp.analysis import stats
 from mbexp.analysis.replication import pool_all
 from mbexp.analysis.table import Table
-from mbexp.claims import family, ladder, rules
+from mbexp.claims import family, ladder, rules, transfer
 from mbexp.claims.claim import Claim
 from mbexp.claims.file import claims_path
 from mbexp.claims.parse import load_claims, scan_experiment
@@ -44,10 +44,12 @@ def evaluate_file(results_dir, tables: dict[str, Table]) -> list[Result]:
 def evaluate_claim(claim: Claim, table: Table | None, history: History | None = None,
                    scan: pd.DataFrame | None = None) -> Result:
     """The claim tested by its statistic on the planned seeds, its conditions checked, its standing read: a family of
-    paired comparisons, or a ladder's trend over model size."""
+    paired comparisons, a ladder's trend over model size, or its study's scan choices across width."""
     statistic = STATISTICS[claim.statistic]
     if statistic.ladder:
         return ladder.tested(claim, table, history, scan)
+    if statistic.transfer:
+        return transfer.tested(claim, history, scan)
     return family.tested(statistic, claim, table, history, scan)
 
 

@@ -92,6 +92,9 @@ def parse_claim(entry, default_margin: float, where: str, studies: dict | None =
     if hypothesis not in HYPOTHESES or not isinstance(statistic, str) or statistic not in STATISTICS:
         raise ClaimsError(f"{where}: hypothesis must be one of {', '.join(HYPOTHESES)} and statistic one of "
                           f"{', '.join(STATISTICS)}, got {hypothesis!r} and {statistic!r}")
+    if hypothesis not in STATISTICS[statistic].hypotheses:
+        raise ClaimsError(f"{where}: statistic {statistic} tests the hypotheses "
+                          f"{', '.join(STATISTICS[statistic].hypotheses)}, got {hypothesis!r}")
     pairs = _pairs(entry, hypothesis, statistic, where)
     margin = _margin(entry.get("margin", default_margin), f"{where}: margin")
     seeds, at, conditions = entry["seeds"], entry.get("at") or {}, entry.get("conditions") or {}
@@ -110,6 +113,8 @@ def parse_claim(entry, default_margin: float, where: str, studies: dict | None =
     if protocol is None or study and protocol["experiment"] != entry["experiment"]:
         raise ClaimsError(f"{where}: study {study!r} is not a study of {entry['experiment']} declared under "
                           f"`studies`")
+    if why := STATISTICS[statistic].problem(pairs, protocol or {}):
+        raise ClaimsError(f"{where}: {why}")
     steps = at.get("train.steps")
     if study and "train.steps" in at and not (is_int(steps) and steps in protocol["budgets"]):
         # the study's runs train its budgets only: any other step count reads no run

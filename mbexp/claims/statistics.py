@@ -10,6 +10,8 @@ statistic").
 
 from typing import ClassVar
 
+from mbexp.claims.vocabulary import EQUIVALENT, HYPOTHESES, WORSE
+
 
 class Statistic:
     """A claim's statistic; a subclass sets its name and what differs, and writes `sides`."""
@@ -22,6 +24,12 @@ class Statistic:
     study_tost: ClassVar[bool] = False  # the mark over its study's family reads equivalence (TOST) too
     slow_starts: ClassVar[bool] = False  # the verdict names the seeds of its rows that start slowly
     ladder: ClassVar[bool] = False  # tested as a trend over a ladder's model sizes (mbexp.claims.ladder), not in sides
+    transfer: ClassVar[bool] = False  # tested on its study's scan choices (mbexp.claims.transfer), not in sides
+    hypotheses: ClassVar[tuple] = HYPOTHESES  # the hypotheses it can test
+
+    def problem(self, pairs: tuple, protocol: dict) -> str:
+        """Why a claim's comparisons cannot be read on its study's `protocol` ({}: no study), '' when they can."""
+        return ""
 
     def sides(self, table, pair: tuple, value, seeds) -> tuple:
         """Per-seed values (a, b), pandas Series by seed, whose paired difference tests `pair` (row, baseline) in
@@ -100,4 +108,27 @@ class Trend(Statistic):
     ladder = True
 
 
-STATISTICS: dict[str, Statistic] = {s.name: s for s in (Delta(), Sensitivity(), SensitivityDiff(), Trend())}
+class Transfer(Statistic):
+    """LR transfer across width: per value of a study's other row keys, each width's LR chosen by the study's scan
+    against the base width's (the claim's baseline), in grid steps (mbexp.claims.transfer); equivalent: every
+    width within one step; worse: some width beyond it."""
+
+    name = "transfer"
+    transfer = True
+    hypotheses = (EQUIVALENT, WORSE)
+
+    def problem(self, pairs, protocol):
+        widths = [str(w) for w in (protocol.get("rows") or {}).get("model", [])]
+        if not widths or protocol.get("transfer_from"):
+            return "a transfer claim reads a study whose rows include model (the widths), each scanned (no " \
+                "transfer_from)"
+        if protocol.get("family") == "study":
+            return "a transfer claim has no p to correct: its study reads each claim's own family (no family: study)"
+        if len({b for _, b in pairs}) != 1 or any(r == b for r, b in pairs):
+            return "a transfer claim names its base width as baseline and the other widths as rows"
+        if unknown := sorted({w for pair in pairs for w in pair} - set(widths)):
+            return f"rows and baseline must be the study's model values ({', '.join(widths)}), got {unknown}"
+        return ""
+
+
+STATISTICS: dict[str, Statistic] = {s.name: s for s in (Delta(), Sensitivity(), SensitivityDiff(), Trend(), Transfer())}

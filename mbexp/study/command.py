@@ -36,8 +36,8 @@ def _sweep(study: Study, name: str, seeds, values, rows: list[str], jobs: int, r
 
 
 def scan_command(study: Study, *, jobs: int = 1, results_dir: str = RESULTS_DIR) -> list[str]:
-    """The scan: every row x every value of the grid x the scan seeds, each at every budget (WSD branches)."""
-    rows = [f"{key}={','.join(str(v) for v in values)}" for key, values in study.rows.items()]
+    """The scan: every scanned row x every value of the grid x the scan seeds, each at every budget (WSD branches)."""
+    rows = [f"{key}={','.join(str(v) for v in values)}" for key, values in study.scanned_rows.items()]
     return _sweep(study, study.scan_experiment, study.scan_seeds, study.grid, rows, jobs, results_dir)
 
 
@@ -119,6 +119,7 @@ def main(argv: list[str] | None = None) -> None:
         check_claims(args.results)  # the whole file, its claims too: mbexp.train would refuse it at the first sweep
         study = load_study(args.results, args.name)
         reuse = f" (the scan of {study.scan_of})" if study.scan_of else ""
+        reuse += "".join(f", scanned at {k}={v} only" for k, v in study.transfer_from)
         tried = f"{len(study.grid)} LRs" if study.tune == LR else f"{len(study.grid)} values of {study.tune}"
         print(f"study {study.name}: {len(study.row_values())} rows x {tried} x "
               f"{len(study.scan_seeds)} scan seed(s){reuse}, then {len(study.seeds)} planned seeds; budgets "

@@ -79,18 +79,32 @@ def scan_losses(study: Study, results_dir, steps: int | None = None, damaged: li
     """(row values, tuned value) -> final validation losses of the scan's finished runs at budget `steps` (default:
     the selection budget). A run whose summary cannot be read counts as unfinished; `damaged` collects why."""
     steps = study.select_at if steps is None else steps
-    found: dict = {}
-    damaged = [] if damaged is None else damaged
+    damaged, readable = [] if damaged is None else damaged, []
     for path in summaries_of(results_dir, study.scan_experiment):
         try:
             s = read_summary(path, strict=True)
         except SummaryError as err:  # the message names the file
             damaged.append(str(err))
             continue
-        if s.get("steps") != steps or s.get("seed") not in study.scan_seeds or s.get("status") not in FINISHED:
-            continue  # a run still training (or stopped) is missing, not diverged
-        if why := _damage(study, s):
+        if _counted(study, s, steps) and (why := _damage(study, s)):
             damaged.append(f"{path}: {why}")
+            continue
+        readable.append(s)
+    return tally(study, readable, steps)
+
+
+def _counted(study: Study, summary: dict, steps: int) -> bool:
+    """Whether a summary is a finished scan run at `steps`: a run still training (or stopped) is missing, not
+    diverged."""
+    return summary.get("steps") == steps and summary.get("seed") in study.scan_seeds and \
+        summary.get("status") in FINISHED
+
+
+def tally(study: Study, summaries, steps: int) -> dict:
+    """scan_losses at `steps` of readable scan-run summaries (or a table's run records, which hold the same keys)."""
+    found: dict = {}
+    for s in summaries:
+        if not _counted(study, s, steps):
             continue
         loss = s.get("final_val_loss") if s.get("status") == "completed" else None
         found.setdefault((row_of(study, s["identity"]), float(tuned_value(study, s["identity"]))), []).append(
@@ -104,20 +118,29 @@ def best_of(grid, losses: dict) -> Choice:
     return Choice(best, "low" if best == grid[0] else "high" if best == grid[-1] else "", losses)
 
 
-def choose(study: Study, results_dir) -> dict:
-    """Each row's Choice: the grid value with the lowest mean validation loss over the scan seeds (ties: the
-    smaller); StudyError names the scan runs still missing."""
-    damaged: list = []
-    found, choices, missing = scan_losses(study, results_dir, damaged=damaged), {}, []
-    for values in study.row_values():
+def choices_of(study: Study, found: dict) -> tuple[dict, list]:
+    """Each scanned row's Choice from the scan's losses `found` (scan_losses), for the rows whose scan is complete;
+    and the scan runs missing, as the overrides that would train them."""
+    choices, missing = {}, []
+    for values in study.scan_row_values():
         row = tuple(str(v) for v in values)
-        losses = {}
+        losses, gaps = {}, []
         for value in study.grid:
             runs = found.get((row, float(value)), [])
             if len(runs) < len(study.scan_seeds):
-                missing.append(" ".join(study.row_overrides(values)) + f" {study.tune}={spelled(value)}")
+                gaps.append(" ".join(study.row_overrides(values)) + f" {study.tune}={spelled(value)}")
             losses[value] = sum(runs) / len(runs) if runs else math.inf
-        choices[values] = best_of(study.grid, losses)
+        missing += gaps
+        if not gaps:
+            choices[values] = best_of(study.grid, losses)
+    return choices, missing
+
+
+def choose(study: Study, results_dir) -> dict:
+    """Each row's Choice: the grid value with the lowest mean validation loss over the scan seeds (ties: the
+    smaller), a row of a `transfer_from` study its base row's; StudyError names the scan runs still missing."""
+    damaged: list = []
+    choices, missing = choices_of(study, scan_losses(study, results_dir, damaged=damaged))
     if missing:
         # a damaged finished run is skipped by the rerun too: only repairing or deleting it helps
         fix = f"{damaged[0]}; repair or delete that run folder, then rerun" if damaged else "rerun"
@@ -127,4 +150,10 @@ def choose(study: Study, results_dir) -> dict:
         raise StudyError(f"study {study.name!r}: every {study.tuned} of the grid diverged in the scan for "
                          f"{' '.join(study.row_overrides(lost[0]))} ({len(lost)} row(s)); declare a grid that "
                          "reaches further")
-    return choices
+    return {values: choices[source(study, values)] for values in study.row_values()}
+
+
+def source(study: Study, values: tuple) -> tuple:
+    """The scanned row whose choice a row takes: itself, or with `transfer_from` the row at the base value."""
+    return next(v for v in study.scan_row_values() if all(a == b or k in dict(study.transfer_from)
+                                                           for k, a, b in zip(study.rows, v, values)))

@@ -12,11 +12,12 @@ from mbexp.schedule import BUDGETS_RULE, valid_budgets
 
 LR = "optim.lr"  # the key a study tunes unless it declares another (`tune: {key: ...}`)
 STUDY_KEYS = ("experiment", "rows", "lr_grid", "tune", "scan_seeds", "seeds", "budgets", "select_at", "overrides",
-              "note", "scan_of", "family")
+              "note", "scan_of", "family", "transfer_from")
 # the Holm family its verdicts read: each claim's own comparisons (default; the study-wide p shown beside), or
 # every comparison of the study, all its claims and budgets
 FAMILIES = ("claim", "study")
-SCANNED = ("lr_grid", "tune", "scan_seeds", "budgets", "select_at", "overrides")  # what a study reusing a scan inherits
+SCANNED = ("lr_grid", "tune", "scan_seeds", "budgets", "select_at", "overrides",  # what a study reusing a scan inherits
+           "transfer_from")
 SCAN_SUFFIX = "_scan"  # a study's scan runs live in their own experiment: its seeds never join the planned rows
 # what the study command sets on every run itself, the tuned key among them: neither a row key nor an override may
 # set it again
@@ -160,6 +161,7 @@ class Study:
     scan_of: str = ""  # the study whose scan chose this one's values (its own scan when empty)
     scanned: str = ""  # the experiment whose scan that is
     tune: str = LR  # the key the scan tunes, each row's value chosen on validation
+    transfer_from: tuple = ()  # ((row key, base value),): only base rows are scanned, every row takes its base's choice
 
     @property
     def scan_experiment(self) -> str:
@@ -177,6 +179,15 @@ class Study:
 
     def row_values(self) -> list[tuple]:
         return list(product(*self.rows.values()))
+
+    @property
+    def scanned_rows(self) -> dict:
+        """The rows the scan trains: every row, or with `transfer_from` only those at its base value."""
+        base = dict(self.transfer_from)
+        return {k: [v for v in values if k not in base or str(v) == str(base[k])] for k, values in self.rows.items()}
+
+    def scan_row_values(self) -> list[tuple]:
+        return list(product(*self.scanned_rows.values()))
 
     def row_overrides(self, values: tuple) -> list[str]:
         return [f"{key}={value}" for key, value in zip(self.rows, values)]
@@ -261,6 +272,10 @@ def parse_study(name: str, spec, where: str, studies: dict | None = None) -> Stu
     if spec.get("family", FAMILIES[0]) not in FAMILIES:
         raise ClaimsError(f"{here}: family must be one of {', '.join(FAMILIES)} (the Holm family its verdicts "
                           f"read), got {spec['family']!r}")
+    if not isinstance(transfer := spec.get("transfer_from", {}), dict) or len(transfer) > 1 or any(
+            k not in rows or str(v) not in map(str, rows[k]) for k, v in transfer.items()):
+        raise ClaimsError(f"{here}: transfer_from must map one row key to one of its values (the base row the scan "
+                          f"tries, whose choice every row takes), e.g. {{model: width64}}, got {transfer!r}")
     scan_of = spec.get("scan_of", "")
     source = (studies or {}).get(scan_of, {}) if scan_of else {}
     if scan_of and (set(rows) != set(source["rows"]) or any(not set(v) <= set(source["rows"][k])
@@ -270,7 +285,7 @@ def parse_study(name: str, spec, where: str, studies: dict | None = None) -> Stu
     return Study(name, spec["experiment"], {str(k): list(v) for k, v in rows.items()},
                  tuple(sorted(float(v) if tuned == LR else v for v in grid)), tuple(spec["scan_seeds"]),
                  tuple(spec["seeds"]), tuple(sorted(budgets)), int(select_at), tuple(spec.get("overrides", ())),
-                 scan_of, source.get("experiment", ""), tuned)
+                 scan_of, source.get("experiment", ""), tuned, tuple(transfer.items()))
 
 
 def load_studies(results_dir) -> dict[str, Study]:
