@@ -53,7 +53,8 @@ def test_make_table_regenerates_the_committed_tables(tmp_path):
         copy = tmp_path / path.relative_to(RESULTS)
         copy.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, copy)
-    shutil.copyfile(RESULTS / "claims.yaml", tmp_path / "claims.yaml")  # -> tables/claims.{md,csv}
+    # a link, not a copy: the claims' standing reads the declaring commits from the repository's git history
+    (tmp_path / "claims.yaml").symlink_to(RESULTS / "claims.yaml")  # -> tables/claims.{md,csv}
     shutil.copytree(RESULTS / "baselines", tmp_path / "baselines")  # the captions' n-gram baselines
     proc = subprocess.run([sys.executable, "scripts/make_table.py", "--results", str(tmp_path), "--no-wandb"],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
