@@ -5,6 +5,7 @@ widened to match; the first study's own verdict stands beside it, the replicatio
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from mbexp.analysis import stats
@@ -12,16 +13,15 @@ from mbexp.analysis.scaling import ladder_points
 from mbexp.analysis.table import Table
 from mbexp.analysis.trend import ladder_deltas, trend
 from mbexp.claims.claim import Claim
+from mbexp.claims.family import compared
 from mbexp.claims.result import Comparison, Result
 from mbexp.claims.rules import outcome, verdict
 from mbexp.claims.vocabulary import (
     CONFIRMATORY,
     EQUIVALENT,
     EXPLORATORY,
-    NO_INTERVAL,
     NOT_AS_DECLARED,
     NOT_TESTED,
-    UNTESTED,
 )
 
 LOOKS = 2  # a replication is the second look at one question
@@ -71,29 +71,18 @@ def pool(rep: Result, first: Result, table: Table | None, first_table: Table | N
     return Pooled(comparisons, NOT_AS_DECLARED if unmet else verdict(comparisons), standing, seeds, first, unmet)
 
 
-def _doubled(p) -> list[float]:
-    return [min(1.0, LOOKS * float(v)) for v in p]
+def _doubled(p) -> np.ndarray:
+    """Each p times the looks, at most 1 (NaN stays NaN: no interval)."""
+    return np.minimum(1.0, LOOKS * np.asarray(list(p), float))
 
 
 def _pooled_deltas(claim: Claim, first: Claim, table: Table, first_table: Table, sides: Sides) -> list[Comparison]:
     """Per (row, baseline), the per-seed values of both studies side by side, compared as one sample."""
-    out = []
+    sided = []
     for pair in claim.pairs:
         both = [sides(c, t, pair, set(c.seeds)) for c, t in ((first, first_table), (claim, table))]
-        a, b = (pd.concat([s[i] for s in both]) for i in (0, 1))
-        interval, deltas = stats.compare(a, b, level=LEVEL), stats.seed_deltas(a, b)
-        out.append(Comparison(pair[0], pair[1], interval, stats.compare(a, b, level=LEVEL90), deltas,
-                              len(deltas) if interval.method == "paired" else min(len(a), len(b))))
-    p = stats.holm(_doubled(c.interval.p for c in out))
-    tost = stats.holm(_doubled(stats.tost(c.interval, claim.margin) for c in out))
-    far = stats.holm(_doubled(stats.beyond_margin(c.interval, claim.margin) for c in out))
-    for c, p_c, t_c, f_c in zip(out, p, tost, far):
-        c.p_holm, c.tost_holm, c.beyond_holm = p_c, t_c, f_c
-        c.mark = stats.mark(c.interval.delta, p_c, t_c)
-        c.outcome = outcome(claim, c)
-        if c.outcome == UNTESTED:
-            c.mark = NO_INTERVAL
-    return out
+        sided.append((pair, *(pd.concat([s[i] for s in both]) for i in (0, 1))))
+    return compared(claim, sided, LEVEL, LEVEL90, LOOKS)
 
 
 def _pooled_trends(claim: Claim, first: Claim, table: Table, first_table: Table) -> list[Comparison]:

@@ -4,6 +4,7 @@ planned seeds within the declared conditions, each comparison's per-seed sides f
 
 import math
 
+import numpy as np
 import pandas as pd
 
 from mbexp.analysis import stats
@@ -88,16 +89,26 @@ def _read(statistic: Statistic, table: Table, label: str, value) -> pd.DataFrame
 
 def family(statistic: Statistic, claim: Claim, table: Table, value, seeds=None) -> list[Comparison]:
     """Each comparison of the claim with Holm over the claim's family only, its mark and what it says."""
+    return compared(claim, [(pair, *statistic.sides(table, pair, value, seeds)) for pair in claim.pairs])
+
+
+def compared(claim: Claim, sided: list, level: float = stats.LEVEL, level90: float = stats.LEVEL90,
+             looks: int = 1) -> list[Comparison]:
+    """Per (pair, a, b) of per-seed values, its comparison at `level` (TOST at `level90`); every p multiplied by
+    `looks` (a replication's correction for two looks, at most 1), then Holm over the family; marks and outcomes."""
     out = []
-    for pair in claim.pairs:
-        a, b = statistic.sides(table, pair, value, seeds)
-        interval = stats.compare(a, b)
+    for (row, base), a, b in sided:
+        interval = stats.compare(a, b, level=level)
         deltas = stats.seed_deltas(a, b)
-        out.append(Comparison(pair[0], pair[1], interval, stats.compare(a, b, level=stats.LEVEL90), deltas,
+        out.append(Comparison(row, base, interval, stats.compare(a, b, level=level90), deltas,
                               len(deltas) if interval.method == "paired" else min(len(a), len(b))))
-    p_holm = stats.holm([c.interval.p for c in out])
-    tost = stats.holm([stats.tost(c.interval, claim.margin) for c in out])
-    far = stats.holm([stats.beyond_margin(c.interval, claim.margin) for c in out])
+
+    def holm(ps) -> list:
+        return stats.holm(np.minimum(1.0, looks * np.asarray(list(ps), float)))
+
+    p_holm = holm(c.interval.p for c in out)
+    tost = holm(stats.tost(c.interval, claim.margin) for c in out)
+    far = holm(stats.beyond_margin(c.interval, claim.margin) for c in out)
     for c, p, t, f in zip(out, p_holm, tost, far):
         c.p_holm, c.tost_holm, c.beyond_holm = p, t, f
         # a margin is read first: a difference resolved nonzero but inside the margin is still equivalent within it
