@@ -65,10 +65,10 @@ study: install ## a declared study end to end: scan, choose each row's LR (or tu
 data: install ## prepare the default corpus and print its statistics
 	$(BIN)/python -m mbexp.data
 
-bench: install ## what the defaults follow: precision, speed bar vs a plain loop, trainer vs bare loop, OpenMP wait policy
+bench: install ## what the defaults follow (precision, speed bar, trainer vs bare loop, OpenMP) and Muon/soft-cap cost
 	$(BIN)/python scripts/bench.py
 
-bench-full: install ## make bench plus the matmul peak (MFU), FFN variants, Muon and soft-cap cost, norms
+bench-full: install ## make bench plus the matmul peak (MFU), FFN variants and norms
 	$(BIN)/python scripts/bench.py --full
 
 gpu-check: install ## on a CUDA machine: tests, bench, 200 steps of each GPU preset -> results/bench/cuda.json

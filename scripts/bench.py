@@ -56,8 +56,9 @@ DEFAULTS = {
 }
 # precision_auto before speed_bar: each writes the record (mbexp.speed) that the later sections' `auto` reads
 SECTIONS = ("peak", "precision_auto", "speed_bar", "throughput", "variants", "axes", "norm_micro", "omp")
-# `make bench`: what mbexp's defaults follow (precision=auto, compile=auto, the wait policy) and their ratios
-DECIDING = ("precision_auto", "speed_bar", "throughput", "omp")
+# `make bench`: what mbexp's defaults follow (precision=auto, compile=auto, the wait policy), the cost of the
+# optional axes (Muon, the attention soft-cap), and their ratios
+DECIDING = ("precision_auto", "speed_bar", "throughput", "axes", "omp")
 RESULT_KEY = {"peak": "peak_flops"}  # a section's key in the JSON, where it is not the section's name
 
 
