@@ -1,6 +1,8 @@
 """Claims as data on hand-made runs: family Holm, seeds beyond the plan, epochs, orderings, equivalence, power."""
 
+import csv
 import importlib.util
+import io
 import math
 import re
 import statistics
@@ -337,3 +339,20 @@ def test_the_worked_example_in_docs_is_its_fixture_computed_and_checked_by_hand(
     doc = (ROOT / "docs" / "claims-example.md").read_text(encoding="utf-8")
     assert report.splice(doc, example.EXAMPLE_BEGIN, example.EXAMPLE_END, example.example_block()) == doc
     assert "| geglu | 7 | -0.1114 [-0.1774, -0.0455] | 0.006 | better |" in doc  # the added seeds, apart
+
+
+def test_a_claim_at_the_smaller_budget_says_the_baselines_steps_to_match(tmp_path):
+    # the baseline's loss falls 1 nat per ln 4 of steps; A at 100 steps matches it at 200: 2x its compute
+    for seed in range(3):
+        for steps, loss in [(100, 5.0), (400, 4.0)]:
+            write_run(tmp_path, BASE, seed=seed, steps=steps, final=loss, test=loss + 0.01 * seed, **BIG)
+            write_run(tmp_path, A, seed=seed, steps=steps, final=loss, test=loss - 0.5 + 0.01 * seed, **BIG)
+    r = result(tmp_path, rows=[A], at={"train.steps": 100})
+    ceq = r.comparisons[0].ceq
+    assert ceq["ceq"] == pytest.approx(2.0) and ceq["ceq_steps"] == pytest.approx(200.0)
+    assert ceq["ceq_extrapolated"] == "" and ceq["ceq_n"] == 3
+    at_400 = result(tmp_path, rows=[A], at={"train.steps": 400}).comparisons[0].ceq
+    assert at_400["ceq_extrapolated"] == "above" and at_400["ceq_steps"] == pytest.approx(800.0)
+    assert "2.00× [2.00, 2.00]; 200 steps |" in "\n".join(report.claim_section(r))
+    row = next(csv.DictReader(io.StringIO(report.claims_csv([r]))))
+    assert float(row["ceq_steps"]) == pytest.approx(200.0) and row["ceq_extrapolated"] == ""

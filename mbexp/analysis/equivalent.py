@@ -100,24 +100,42 @@ def annotate(tables: dict[str, Table]) -> None:
 def add(table: Table) -> None:
     """The columns ceq, ceq_low, ceq_high, ceq_extrapolated, ceq_bound and ceq_n (paired seeds) in a table with
     ≥ 2 train.steps budgets: each row at the reference budget against its own baseline's budget branches."""
-    if table.column != "train.steps" or len(table.columns) < 2:
+    if not branched(table):
         return
     found = {}
     for label in table.rows["label"]:
         base = table.baselines.get(label)
-        if base is None or base == label:
-            continue
-        compute = [_compute(cell_runs(table, base, v)) for v in table.columns]
-        losses = pd.DataFrame({v: losses_at(table, base, v) for v in table.columns})
-        variant = losses_at(table, label)
-        if variant.empty or losses.isna().all().any() or any(math.isnan(c) for c in compute):
-            continue
-        found[label] = row_multiplier(losses, compute, variant, _compute(cell_runs(table, label)))
+        if base is not None and base != label and (m := pair(table, label, base, table.reference)):
+            found[label] = m
     frame = pd.DataFrame.from_dict(found, orient="index")
     for key in ("ceq", "ceq_low", "ceq_high", "ceq_extrapolated", "ceq_bound", "ceq_n"):
         default = "" if key == "ceq_extrapolated" else math.nan
         table.rows[key] = table.rows["label"].map(frame[key]).fillna(default) if key in frame else default
     table.rows["ceq_n"] = table.rows["ceq_n"].astype("Int64")
+
+
+def branched(table: Table) -> bool:
+    """Whether the table's columns are ≥ 2 train.steps budgets, the branches a multiplier interpolates between."""
+    return table.column == "train.steps" and len(table.columns) >= 2
+
+
+def pair(table: Table, label: str, base: str, value, seeds=None) -> dict:
+    """Row `label` at budget `value` against `base`'s budget branches (row_multiplier), on `seeds` (None: all),
+    with ceq_steps, the baseline's steps at the compute it needs; {} where there is nothing to interpolate."""
+    if not branched(table):
+        return {}
+    compute = [_compute(cell_runs(table, base, v)) for v in table.columns]
+    losses = pd.DataFrame({v: losses_at(table, base, v) for v in table.columns})
+    variant = losses_at(table, label, value)
+    if seeds is not None:
+        variant = variant[variant.index.isin(seeds)]
+        losses = losses[losses.index.isin(seeds)]
+    if variant.empty or losses.empty or losses.isna().all().any() or any(math.isnan(c) for c in compute):
+        return {}
+    variant_compute = _compute(cell_runs(table, label, value))
+    out = row_multiplier(losses, compute, variant, variant_compute)
+    # the baseline's compute per step is constant across its branches: one budget converts compute to steps
+    return out | {"ceq_steps": out["ceq"] * variant_compute * float(table.columns[0]) / compute[0]}
 
 
 def _compute(runs: pd.DataFrame) -> float:

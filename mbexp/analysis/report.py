@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mbexp.analysis import regime, replication, stats
+from mbexp.analysis import equivalent, regime, replication, stats
 from mbexp.analysis.files import FIT, SCAN, found
 from mbexp.analysis.ladder_render import ladder_markdown, ladder_trends, lr_ladders_markdown
 from mbexp.analysis.readme import read_at, readme_block
@@ -158,6 +158,7 @@ CSV_COLUMNS = ["claim", "digest", "standing", "runs_read", "runs_declared", "exp
                "statistic", "margin", "row", "baseline", "n", "delta", "ci_low", "ci_high", "ci90_low", "ci90_high",
                "ci_method", "p", "p_holm", "p_permutation", "p_permutation_holm", "tost_p_holm", "beyond_p_holm",
                "mark", "p_holm_study", "mark_study", "outcome", "seeds_needed", "seed_deltas", "slow_start",
+               "ceq", "ceq_low", "ceq_high", "ceq_extrapolated", "ceq_steps",
                "verdict", "conditions_unmet", "seeds_planned", "seeds_present", "n_all_seeds", "delta_all_seeds",
                "ci_low_all_seeds", "ci_high_all_seeds", "p_holm_all_seeds", "mark_all_seeds",
                *replication.CSV_COLUMNS, "qualifiers"]
@@ -193,7 +194,9 @@ def _comparison_record(c: Comparison) -> dict:
             "p_holm_study": c.p_holm_study, "mark_study": c.mark_study,
             "outcome": c.outcome, "seeds_needed": c.seeds_needed,
             "seed_deltas": seed_text(c.deltas),
-            "slow_start": "; ".join(f"{label} {' '.join(map(str, s))}" for label, s in c.slow.items() if s)}
+            "slow_start": "; ".join(f"{label} {' '.join(map(str, s))}" for label, s in c.slow.items() if s),
+            **{key: c.ceq.get(key, "" if key == "ceq_extrapolated" else math.nan)
+               for key in ("ceq", "ceq_low", "ceq_high", "ceq_extrapolated", "ceq_steps")}}
 
 
 def results_page(results: list[Result], results_dir, trends: list[dict] = (), costs: list[str] = (),
@@ -263,6 +266,8 @@ def claim_section(r: Result) -> list[str]:
     head += ["TOST p (Holm)", f"beyond ±{claim.margin:g} p (Holm)"] if equivalence else []
     head += ["mark", "says", "seeds needed", "per-seed Δ"]
     head += ["p (Holm, study) and mark"] if claim.study else []
+    multiplier = any(c.ceq for c in r.comparisons)  # budget branches: the baseline's compute to match the row
+    head += [f"baseline's compute to match ({CI} CI; its steps)"] if multiplier else []
     lines += ["| " + " | ".join(head) + " |", "|" + "|".join([":---"] + ["---:"] * (len(head) - 1)) + "|"]
     for c in r.comparisons:
         iv = c.interval
@@ -274,7 +279,12 @@ def claim_section(r: Result) -> list[str]:
         deltas = " ".join(f"{s}: {d:+.3f}" + ("*" if s in slow else "") for s, d in c.deltas.items())
         cells += [c.mark, c.outcome, _seeds_needed(c.seeds_needed), deltas or "—"]
         cells += [f"{fmt(c.p_holm_study, '.3f')} {c.mark_study}"] if claim.study else []
+        cells += [_multiplier(c.ceq)] if multiplier else []
         lines.append("| " + " | ".join(cells) + " |")
+    if multiplier:
+        lines += ["", "Compute to match: the compute at which the baseline, interpolated in log compute between its "
+                  "budget branches, reaches the row's loss, over the row's compute "
+                  "([columns.md](columns.md#compute-equivalent-multiplier)); > or <: beyond its budgets."]
     if claim.study:
         lines += ["", f"p (Holm, study): Holm over every comparison of study `{claim.study}`, all its claims and "
                   "budgets (the verdict reads the claim's own family)."]
@@ -288,6 +298,13 @@ def claim_section(r: Result) -> list[str]:
                   f"{_interval(c.interval.low, c.interval.high)} | {fmt(c.p_holm, '.3f')} | {c.mark} |"
                   for c in r.added]
     return lines + [""] + replication.section(r, lambda c: name(r, c), fmt)
+
+
+def _multiplier(ceq: dict) -> str:
+    """A comparison's compute-equivalent multiplier and the baseline's steps at that compute; — without one."""
+    if not ceq or pd.isna(ceq["ceq"]):
+        return "—"
+    return f"{equivalent.text(ceq)}; {ceq['ceq_steps']:,.0f} steps"
 
 
 def splice(text: str, begin: str, end: str, block: str) -> str:

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from mbexp.analysis import stats
+from mbexp.analysis import equivalent, stats
 from mbexp.analysis.table import SENSITIVITY_AXES, Table, cell_runs, setting, slow_start_seeds
 from mbexp.claims.claim import Claim
 from mbexp.claims.provenance import History, standing
@@ -43,6 +43,8 @@ def tested(statistic: Statistic, claim: Claim, table: Table | None, history: His
         return Result(claim, [], NOT_TESTED, EXPLORATORY, {}, [why])
     planned = set(claim.seeds)
     comparisons = family(statistic, claim, table, value, seeds=planned)
+    for c in comparisons if not statistic.spans else ():
+        c.ceq = equivalent.pair(table, c.row, c.baseline, value, planned) if c.baseline else {}
     cells = {label: _cells(statistic, table, label, value) for label in labels}
     present = {label: sorted(set(runs.loc[runs["status"] == "completed", "seed"])) for label, runs in cells.items()}
     extra = set().union(*present.values()) - planned

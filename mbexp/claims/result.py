@@ -33,6 +33,7 @@ class Comparison:
     per_size: dict = field(default_factory=dict)  # a ladder claim's: size -> mean paired Δ over the seeds read
     p_holm_study: float = math.nan  # Holm over every comparison of the claim's study (study_family), and its mark
     mark_study: str = ""
+    ceq: dict = field(default_factory=dict)  # the baseline's compute to match the row (analysis.equivalent.pair)
 
 
 @dataclass
