@@ -123,7 +123,7 @@ MUTANTS = [
     Mutant("lr_edge_ignored", "mbexp/claims/rules.py",
            "return {label: edge[label] for label in labels if isinstance(edge.get(label), str) and edge[label]}",
            "return {}", (T + "test_ladder_rules.py",)),
-    Mutant("cooldown_key_without_wsd", "mbexp/validate.py", 'if o.schedule != "wsd" and getattr(o, key)',
+    Mutant("cooldown_key_without_wsd", "mbexp/config/rules.py", 'if o.schedule != "wsd" and getattr(o, key)',
            'if o.schedule == "none" and getattr(o, key)',
            (T + "test_config.py::test_bad_input_names_the_key_and_choices",)),
     Mutant("reused_scan_counted_again", "mbexp/study/spec.py", "return () if self.scan_of else self.scan_seeds",
@@ -146,7 +146,7 @@ MUTANTS = [
            (T + "test_model.py::test_residual_projections_start_scaled_by_the_depth",)),
     Mutant("finished_any_config", "mbexp/run/state.py", 'in FINISHED and summary.get("config_hash") == chash',
            "in FINISHED", (T + "test_resume.py::test_a_finished_summary_of_another_config_is_not_this_runs",)),
-    Mutant("eps_zero_allowed", "mbexp/validate.py", '_above("norm.eps", cfg.norm.eps, 0)',
+    Mutant("eps_zero_allowed", "mbexp/config/rules.py", '_above("norm.eps", cfg.norm.eps, 0)',
            '_at_least("norm.eps", cfg.norm.eps, 0)', (T + "test_config.py::test_bad_input_names_the_key_and_choices",)),
     Mutant("naive_grid_without_scan", "mbexp/analysis/studies.py", "len(set(scan_seeds) | set(study.seeds))",
            "len(study.seeds)", (T + "test_study.py::test_a_study_reusing_a_scan_inherits_it_and_its_claims_digest_"
@@ -252,7 +252,7 @@ MUTANTS = [
     Mutant("optimiser_not_in_row_name", "mbexp/run/migrate.py",
            'tags = [values["optim.name"]] if values["optim.name"] != UNTAGGED_OPTIMIZER else []', "tags = []",
            (T + "test_rules.py",)),
-    Mutant("zero_softcap_allowed", "mbexp/validate.py", '_above(f"model.{key}", getattr(m, key), 0,',
+    Mutant("zero_softcap_allowed", "mbexp/config/rules.py", '_above(f"model.{key}", getattr(m, key), 0,',
            '_above(f"model.{key}", getattr(m, key), -1,',
            (T + "test_config.py::test_bad_input_names_the_key_and_choices",)),
     # what a verdict means: n-gram baselines, compute-equivalent multipliers, decision accuracy

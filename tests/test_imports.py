@@ -65,8 +65,11 @@ def test_mbexp_imports_run_one_way():
     assert find_circle(graph) is None, " -> ".join(find_circle(graph))
     # the model is a subpackage that the config feeds and that never reads the config
     assert {"mbexp.model.norms", "mbexp.model.ffn", "mbexp.model.attention"} <= graph["mbexp.model.decoder"]
-    assert "mbexp.names" in graph["mbexp.validate"] and "mbexp.names" in graph["mbexp.model.norms"]
-    assert not any(target == "mbexp.config" for m in graph if m.startswith("mbexp.model") for target in graph[m])
+    assert "mbexp.names" in graph["mbexp.config.rules"] and "mbexp.names" in graph["mbexp.model.norms"]
+    assert not any(t.startswith("mbexp.config") for m in graph if m.startswith("mbexp.model") for t in graph[m])
+    # compose reads the schema and the rules; neither of those reads another module of the config package
+    assert {"mbexp.config.rules", "mbexp.config.schema"} <= graph["mbexp.config.compose"]
+    assert not {t for m in ("rules", "schema") for t in graph[f"mbexp.config.{m}"] if t.startswith("mbexp.config")}
 
 
 def test_the_check_finds_a_circle_deferred_imports_included(tmp_path):
