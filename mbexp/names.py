@@ -3,7 +3,7 @@ and the config checks can use them without loading the model; each dispatch regi
 model.ffn.ACTIVATIONS, model.FINAL_NORM, ...) is keyed by exactly these names, which tests/test_model.py checks."""
 
 NORMS = ("layer", "rms", "dyt")
-# the norm.* options each norm takes; any other norm.* key must keep its default (mbexp.validate)
+# the norm.* options each norm takes; any other norm.* key must keep its default (mbexp.config.rules)
 NORM_OPTIONS = {"layer": ("eps", "bias"), "rms": ("eps",), "dyt": ("alpha_init",)}
 # each option's default: NormConfig's and the norm classes' (alpha_init: Zhu et al. 2025's initial alpha)
 NORM_DEFAULTS = {"eps": 1e-5, "bias": False, "alpha_init": 0.5}

@@ -122,7 +122,7 @@ class _Counter(logging.Handler):
 
 def _main(argv: list[str] | None) -> int:
     from mbexp.analysis import table
-    from mbexp.analysis.ladder_draws import RESAMPLES
+    from mbexp.analysis.ladder.draws import RESAMPLES
 
     parser = Parser(prog="python scripts/make_table.py", description=__doc__)
     parser.add_argument("--results", type=Path, default=Path(RESULTS_DIR),

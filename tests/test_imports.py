@@ -1,6 +1,6 @@
 """The package's imports run one way: the graph of imports between mbexp's modules has no circle, the analysis
-never reaches the study command or a docs fixture, ClaimsError has one home; and the command line's pre-flight
-(and the claims file it reads) runs without torch."""
+never reaches the study command or a docs fixture, the ladder subpackage never reaches the writers that import it,
+ClaimsError has one home; and the command line's pre-flight (and the claims file it reads) runs without torch."""
 
 import ast
 import re
@@ -65,8 +65,11 @@ def test_mbexp_imports_run_one_way():
     assert find_circle(graph) is None, " -> ".join(find_circle(graph))
     # the model is a subpackage that the config feeds and that never reads the config
     assert {"mbexp.model.norms", "mbexp.model.ffn", "mbexp.model.attention"} <= graph["mbexp.model.decoder"]
-    assert "mbexp.names" in graph["mbexp.validate"] and "mbexp.names" in graph["mbexp.model.norms"]
-    assert not any(target == "mbexp.config" for m in graph if m.startswith("mbexp.model") for target in graph[m])
+    assert "mbexp.names" in graph["mbexp.config.rules"] and "mbexp.names" in graph["mbexp.model.norms"]
+    assert not any(t.startswith("mbexp.config") for m in graph if m.startswith("mbexp.model") for t in graph[m])
+    # compose reads the schema and the rules; neither of those reads another module of the config package
+    assert {"mbexp.config.rules", "mbexp.config.schema"} <= graph["mbexp.config.compose"]
+    assert not {t for m in ("rules", "schema") for t in graph[f"mbexp.config.{m}"] if t.startswith("mbexp.config")}
 
 
 def test_the_check_finds_a_circle_deferred_imports_included(tmp_path):
@@ -172,6 +175,15 @@ def test_the_analysis_never_reaches_the_study_command_or_a_docs_fixture():
                for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
                if isinstance(node, ast.Import | ast.ImportFrom) and "worked_example" in ast.unparse(node)]
     assert not fixture and not list(PACKAGE.rglob("example.py")), fixture
+
+
+def test_the_ladder_subpackage_never_reaches_the_writers_of_files_and_pages():
+    # mbexp/analysis/ladder computes and renders a ladder; outputs, report and readme import it, never the reverse
+    graph = import_graph(PACKAGE)
+    writers = {"mbexp.analysis.outputs", "mbexp.analysis.report", "mbexp.analysis.readme"}
+    found = {m: reachable(graph, m) & writers for m in graph if m.startswith("mbexp.analysis.ladder")}
+    assert "mbexp.analysis.ladder.scaling" in found and not any(found.values()), found
+    assert "mbexp.analysis.ladder.render" in reachable(graph, "mbexp.analysis.outputs")
 
 
 def test_claims_error_has_one_home_and_every_import_names_it():

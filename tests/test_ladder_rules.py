@@ -12,8 +12,9 @@ from test_scaling import curve, write_ladder
 from test_table_rules import holm_by_hand
 from tiny import REPO
 
-from mbexp.analysis import ladder_checks, powerlaw, studies, table
+from mbexp.analysis import studies, table
 from mbexp.analysis.collect import collect_runs
+from mbexp.analysis.ladder import checks, powerlaw
 from mbexp.claims.evaluate import evaluate_claim
 from mbexp.claims.parse import load_claims
 
@@ -62,14 +63,14 @@ def test_lack_of_fit_is_the_f_test_of_the_residuals_against_the_pooled_seed_vari
     F = 0.24 on (1, 4) df."""
     points = pd.DataFrame({"losses": [pd.Series([4.0, 5.0, 6.0]), pd.Series([5.0, 5.5, 6.0])], "n": [3, 3],
                            "residual": [0.1, -0.2]})
-    got = ladder_checks.lack_of_fit(points, 1)
+    got = checks.lack_of_fit(points, 1)
     assert got["F"] == pytest.approx(0.24, rel=1e-12) and (got["df1"], got["df2"]) == (1, 4)
     assert got["p"] == pytest.approx(scipy_stats.f.sf(0.24, 1, 4), rel=1e-12)
-    assert math.isnan(ladder_checks.lack_of_fit(points, 2)["p"])  # no residual df
+    assert math.isnan(checks.lack_of_fit(points, 2)["p"])  # no residual df
 
 
 def test_the_panel_says_rises_or_falls_only_when_every_form_agrees():
-    verdict = ladder_checks.verdict
+    verdict = checks.verdict
     assert verdict(["rises", "rises", "crosses 1 upward"]) == "rises"
     assert verdict(["falls", "crosses 1 downward"]) == "falls"
     assert verdict(["rises", "not resolved", "rises"]) == "form-dependent"

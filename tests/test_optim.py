@@ -158,7 +158,7 @@ def test_z_loss_joins_the_training_loss_only():
 def test_muon_under_ddp_stops_with_one_line_before_any_run_file(tmp_path, monkeypatch):
     from mbexp import distributed, trainer
     from mbexp.config import compose_config
-    from mbexp.validate import ConfigError
+    from mbexp.config.rules import ConfigError
 
     monkeypatch.setattr(trainer.distributed, "init", lambda device_type: distributed.Dist(0, 2, 0))
     cfg = compose_config(["optim=muon", f"results_dir={tmp_path}", "logger=none", "device=cpu"])

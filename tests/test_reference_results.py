@@ -80,7 +80,7 @@ def test_readme_claims_and_results_page_are_what_make_report_writes():
 def test_a_studys_lr_scan_is_no_ladder_evidence():
     """The scan's runs are fitted like any ladder (its own tables), but they only choose LRs: no trend of theirs
     reaches the README or docs/results.md."""
-    from mbexp.analysis.ladder_render import ladder_trends
+    from mbexp.analysis.ladder.render import ladder_trends
 
     assert (RESULTS / "tables" / "ladder_wsd_cpu_scan_fit.csv").is_file()
     experiments = {t["experiment"] for t in ladder_trends(RESULTS)}

@@ -12,7 +12,8 @@ from conftest import BIGTXT_TEST_VOCAB
 from test_table import BASE, write_run
 
 from mbexp import ngram
-from mbexp.analysis import decision, equivalent, outputs, regime, render, table
+from mbexp.analysis import equivalent, outputs, regime, render, table
+from mbexp.analysis.ladder import decision
 from mbexp.data import main as data_main
 
 # train 0 1 0 1 2 (vocab 3): unigram counts 2, 2, 1; bigrams (0,1)×2 (1,0) (1,2); contexts c(0) = c(1) = 2, c(2) = 0;

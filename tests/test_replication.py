@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from mbexp.analysis import readme, replication, stats
-from mbexp.analysis.trend import trend
+from mbexp.analysis.ladder.trend import trend
 from mbexp.claims import ClaimsError
 from mbexp.claims.parse import load_claims_text
 from mbexp.claims.result import Result

@@ -13,9 +13,10 @@ import pandas as pd
 import pytest
 from tiny import REPO, mbexp_train, overrides, summaries
 
-from mbexp.analysis import ladder_draws, ladder_render, outputs, powerlaw, scaling, table
+from mbexp.analysis import outputs, table
 from mbexp.analysis.collect import collect_runs
-from mbexp.analysis.powerlaw import Curve
+from mbexp.analysis.ladder import draws, powerlaw, render, scaling
+from mbexp.analysis.ladder.powerlaw import Curve
 
 SIZES = {"ladder64": 1e6, "ladder96": 2e6, "ladder128": 4e6, "ladder160": 8e6}  # name -> FLOPs per token
 TOKENS_PER_STEP = 2048
@@ -85,7 +86,7 @@ def test_fit_recovers_alpha_and_the_shared_floor(tmp_path):
         # the pooled seed s.d. has 16 degrees of freedom here: ±18% is one s.d. of it, 0.4 two and a bit
         assert all(c["noise"] == pytest.approx(NOISE / math.sqrt(3), rel=0.4) for c in curves.values())
         assert all(c["lof_p"] > 0.01 for c in curves.values())  # the right form: no lack of fit
-    assert re.search(r"\| 0\.\d{4} \| F [\d.]+ \(2, 8 df\), p [\d.]+ \| 4 \| ", ladder_render.to_markdown(ladder))
+    assert re.search(r"\| 0\.\d{4} \| F [\d.]+ \(2, 8 df\), p [\d.]+ \| 4 \| ", render.to_markdown(ladder))
 
 
 def test_known_multiplier_lies_in_its_interval(tmp_path):
@@ -109,7 +110,7 @@ def test_one_seed_per_point_gives_no_interval(tmp_path):
     write_ladder(tmp_path, {"relu": curve(0.3, 4.3), "swiglu": curve(0.3, 4.2)}, seeds=1)
     ladder = fitted(tmp_path, resamples=20)
     assert ladder.points["multiplier"].notna().sum() == 8 and ladder.points["multiplier_low"].isna().all()
-    md = ladder_render.to_markdown(ladder)
+    md = render.to_markdown(ladder)
     assert "(no interval: one seed per point)" in md
     assert re.search(r"^\| ladder64 \| 166,666 \| 200 \| 1\.\d\d \|$", md, re.M)  # a multiplier, no interval
     assert by_variant(ladder)["layer-pre-swiglu-matched"]["trend"] == "not resolved"
@@ -118,7 +119,7 @@ def test_one_seed_per_point_gives_no_interval(tmp_path):
 def test_bootstrap_is_byte_stable(tmp_path):
     write_ladder(tmp_path, {"relu": curve(0.3, 4.3), "swiglu": curve(0.3, 4.2)})
     ladder = fitted(tmp_path, resamples=40)
-    assert ladder_render.to_csv(ladder) == ladder_render.to_csv(fitted(tmp_path, resamples=40))
+    assert render.to_csv(ladder) == render.to_csv(fitted(tmp_path, resamples=40))
 
 
 def committed_ladder(jitter: float = 0.0, seed: int = 0) -> table.Table:
@@ -138,7 +139,7 @@ def test_the_fit_files_survive_a_1e9_change_of_every_loss():
     texts = []
     for jitter in (0.0, 1e-9):
         ladder = scaling.analyse(committed_ladder(jitter, seed=1), resamples=20)
-        texts.append(ladder_render.to_csv(ladder) + ladder_render.to_markdown(ladder))
+        texts.append(render.to_csv(ladder) + render.to_markdown(ladder))
     assert texts[0] == texts[1]
     assert ",0,12.5," in texts[0]  # E at its bound is written as the bound
     # the new columns are in what is compared: lack of fit, the panel and the fit-free reading
@@ -206,7 +207,7 @@ def test_a_refit_from_a_floor_at_its_bound_is_the_refit_from_inside():
     assert params[0] == 0.0
     rng, losses, freed = np.random.default_rng(0), [s.to_numpy() for s in points["losses"]], 0
     for _ in range(12):
-        draw = points.assign(loss=ladder_draws.resampled_means(losses, rng))
+        draw = points.assign(loss=draws.resampled_means(losses, rng))
         held, p_held = powerlaw.fit(draw, start=params)
         inside, p_inside = powerlaw.fit(draw, start=np.r_[0.05, params[1:]])
         assert p_held == pytest.approx(p_inside, rel=1e-12, abs=1e-12)
@@ -240,7 +241,7 @@ def test_held_out_largest_size_is_predicted_and_ranked(tmp_path):
     assert (out["prediction_error"].abs() < 0.03).all()  # 0.004-nats noise, extrapolated 2x in compute
     assert scaling.ranking(ladder) == (["layer-pre-swiglu-matched", "layer-pre-geglu-matched",
                                         "layer-pre-relu-matched"],) * 2
-    md = ladder_render.to_markdown(ladder)
+    md = render.to_markdown(ladder)
     assert "Ranking at ladder160, 600 steps, predicted right" in md
 
 
@@ -249,7 +250,7 @@ def test_too_few_sizes_say_so_in_one_line(tmp_path):
                  sizes={"ladder64": 1e6, "ladder96": 2e6}, steps=(600,))
     ladder = fitted(tmp_path)
     assert ladder.curves is None
-    md = ladder_render.to_markdown(ladder)
+    md = render.to_markdown(ladder)
     assert md.count("\n") == 1 and "too few points to fit" in md and "layer-pre-relu-matched has 2" in md
     assert [p.name for p in outputs.write_ladder(tmp_path, table.build_tables(tmp_path)["synth"])] == ["synth_fit.md"]
 
@@ -262,7 +263,7 @@ def test_a_variant_with_too_few_sizes_is_left_out_in_one_line(tmp_path):
     assert ladder.skipped == [f"{b} steps: too few points to fit L(C) = E + A·C^-α: layer-pre-swiglu-matched has 2 "
                               "(3 sizes per curve needed)" for b in (200, 600)]
     assert ladder.points.loc[ladder.points["variant"] == "layer-pre-swiglu-matched", "fitted"].isna().all()
-    assert "Left out: 600 steps: too few points" in ladder_render.to_markdown(ladder)
+    assert "Left out: 600 steps: too few points" in render.to_markdown(ladder)
 
 
 def test_sizes_with_budgets_of_their_own_make_one_curve_per_variant(tmp_path):
@@ -271,7 +272,7 @@ def test_sizes_with_budgets_of_their_own_make_one_curve_per_variant(tmp_path):
     ladder = fitted(tmp_path, resamples=20)
     assert list(ladder.curves["budget"]) == ["all", "all"] and list(ladder.curves["points"]) == [4, 4]
     assert by_variant(ladder, "all")["layer-pre-swiglu-matched"]["alpha"] == pytest.approx(0.36, abs=0.04)
-    assert "one curve per variant over every point (4 sizes, own budgets)" in ladder_render.to_markdown(ladder)
+    assert "one curve per variant over every point (4 sizes, own budgets)" in render.to_markdown(ladder)
 
 
 def test_each_rung_at_its_own_lr_is_still_one_variant_per_ffn(tmp_path):

@@ -8,7 +8,8 @@ import pytest
 from scipy import stats as scipy_stats
 from test_scaling import curve, fitted, write_ladder
 
-from mbexp.analysis import scaling, table
+from mbexp.analysis import table
+from mbexp.analysis.ladder import scaling
 
 C = 1e12
 

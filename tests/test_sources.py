@@ -13,8 +13,8 @@ import pytest
 import torch
 import yaml
 
-from mbexp import config, corpus, io, schedule, validate
-from mbexp.config import compose_config, to_object
+from mbexp import config, corpus, io, schedule
+from mbexp.config import compose_config, rules, to_object
 from mbexp.run.summary import FIELDS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def test_root_config_holds_no_defaults_of_its_own():
     root = yaml.safe_load((REPO / "conf" / "config.yaml").read_text())
-    assert set(root) == {"defaults", "hydra"}  # every other default lives in mbexp/config.py's dataclasses
+    assert set(root) == {"defaults", "hydra"}  # every other default lives in mbexp/config/schema.py's dataclasses
     assert to_object(compose_config([])) == to_object(config.Config())
 
 
@@ -33,7 +33,7 @@ def test_hydra_output_dirs_follow_results_dir():
 
 
 def test_registries_are_imported_from_their_dispatch():
-    assert validate.SCHEDULES is schedule.SCHEDULES and validate.CORPORA is corpus.CORPORA
+    assert rules.SCHEDULES is schedule.SCHEDULES and rules.CORPORA is corpus.CORPORA
     assert {p.stem for p in (REPO / "conf" / "data").glob("*.yaml")} == set(corpus.CORPORA)
     for name in corpus.CORPORA:
         assert yaml.safe_load((REPO / "conf" / "data" / f"{name}.yaml").read_text())["name"] == name

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
-from mbexp.analysis import powerlaw, scaling, trend
-from mbexp.analysis.powerlaw import Curve
+from mbexp.analysis.ladder import powerlaw, scaling, trend
+from mbexp.analysis.ladder.powerlaw import Curve
 
 
 def test_slope_and_both_tests_by_hand():

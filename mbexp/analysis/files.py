@@ -1,5 +1,5 @@
 """Where `make table` writes under a results folder (tables/, figures/): one naming for outputs.py, which writes
-the files, and for the readers that find or link them (report.py, ladder_render.py, scripts/make_table.py)."""
+the files, and for the readers that find or link them (report.py, ladder/render.py, scripts/make_table.py)."""
 
 from pathlib import Path
 

@@ -8,8 +8,8 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from mbexp.analysis.ladder.scaling import significant
 from mbexp.analysis.render import setting
-from mbexp.analysis.scaling import significant
 from mbexp.analysis.studies import cooldown_fraction, per_run_steps
 from mbexp.schedule import cooldown_start
 from mbexp.study.protocol import best_of, scan_losses

@@ -4,8 +4,10 @@ and per declared study with scan runs tables/<study>_lr_scan.{md,csv} and figure
 
 from pathlib import Path
 
-from mbexp.analysis import decision, figures, ladder_render, lr_scan, render, report, scaling
+from mbexp.analysis import figures, lr_scan, render, report
 from mbexp.analysis.files import DECISION, FIT, SCAN, figure_path, table_path
+from mbexp.analysis.ladder import decision, scaling
+from mbexp.analysis.ladder import render as ladder_render
 from mbexp.analysis.table import Table
 from mbexp.claims.result import Result
 from mbexp.io import atomic_write, write_text

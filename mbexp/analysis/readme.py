@@ -1,7 +1,7 @@
 """The README's claims block (`make report` splices it in): one row per claim, or per study claim over its budgets,
 with its verdict, each comparison's outcome and what qualifies it."""
 
-from mbexp.analysis.ladder_render import readme_ladder_lines
+from mbexp.analysis.ladder.render import readme_ladder_lines
 from mbexp.analysis.replication import CORRECTION
 from mbexp.analysis.table import setting
 from mbexp.claims.result import Result, seed_range, short

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 
 from mbexp.analysis import stats
-from mbexp.analysis.scaling import ladder_points
+from mbexp.analysis.ladder.scaling import ladder_points
+from mbexp.analysis.ladder.trend import ladder_deltas, trend
 from mbexp.analysis.table import Table
-from mbexp.analysis.trend import ladder_deltas, trend
 from mbexp.claims.claim import Claim
 from mbexp.claims.family import compared
 from mbexp.claims.result import Comparison, Result

@@ -10,7 +10,7 @@ import pandas as pd
 
 from mbexp.analysis import equivalent, regime, replication, stats
 from mbexp.analysis.files import FIT, SCAN, found
-from mbexp.analysis.ladder_render import ladder_markdown, ladder_trends, lr_ladders_markdown
+from mbexp.analysis.ladder.render import ladder_markdown, ladder_trends, lr_ladders_markdown
 from mbexp.analysis.readme import read_at, readme_block
 from mbexp.analysis.render import CI, fmt
 from mbexp.analysis.studies import annotate, cost_lines, run_hours

@@ -11,7 +11,7 @@ import pandas as pd
 
 from mbexp.analysis import stats
 from mbexp.analysis.collect import AXES, collect_runs, order_key
-from mbexp.analysis.sizes import PER_RUNG, is_ladder, variant_and_size
+from mbexp.analysis.ladder.sizes import PER_RUNG, is_ladder, variant_and_size
 from mbexp.claims.vocabulary import BASELINE, DEFAULT_MARGIN, MARGIN_RULE, valid_margin
 from mbexp.io import FINISHED
 from mbexp.run.migrate import identity_values

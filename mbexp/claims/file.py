@@ -32,7 +32,7 @@ SEED_LIST = "a non-empty list of distinct integers in [0, 2**32)"  # what seed_l
 
 def seed_list(value) -> bool:
     """A non-empty list of distinct seeds that mbexp.train accepts (integers in [0, 2**32))."""
-    from mbexp.validate import SEEDS
+    from mbexp.config.rules import SEEDS
 
     return int_list(value) and bool(value) and min(value) >= 0 and max(value) < SEEDS and \
         len(set(value)) == len(value)

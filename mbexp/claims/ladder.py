@@ -7,9 +7,9 @@ import math
 import pandas as pd
 
 from mbexp.analysis import stats
-from mbexp.analysis.scaling import ladder_points
+from mbexp.analysis.ladder.scaling import ladder_points
+from mbexp.analysis.ladder.trend import holm_p, ladder_deltas, trend
 from mbexp.analysis.table import Table, cell_runs, slow_start_seeds
-from mbexp.analysis.trend import holm_p, ladder_deltas, trend
 from mbexp.claims.claim import Claim
 from mbexp.claims.provenance import History, standing
 from mbexp.claims.result import Comparison, Result, seed_range, short
@@ -28,8 +28,9 @@ from mbexp.claims.vocabulary import (
 def tested(claim: Claim, table: Table | None, history: History | None = None,
            scan: pd.DataFrame | None = None) -> Result:
     """A ladder claim (statistic: trend): per (variant, baseline) pair, the fit-free trend of the paired Δ over
-    ln(non-embedding parameters) at the claim's budget (analysis/trend.py; default the largest), on the planned
-    seeds; resolved when the Holm-adjusted slope t-test and permutation p are both below α; `better`: Δ falls."""
+    ln(non-embedding parameters) at the claim's budget (analysis/ladder/trend.py; default the largest), on the
+    planned seeds; resolved when the Holm-adjusted slope t-test and permutation p are both below α; `better`: Δ
+    falls."""
     if table is None:
         return Result(claim, [], NOT_TESTED, EXPLORATORY, {}, [f"no finished runs of {claim.experiment}"])
 

@@ -111,7 +111,7 @@ def plot(experiment: str, decisions: pd.DataFrame) -> Figure:
 
 def decisions_of(table: Table) -> pd.DataFrame | None:
     """The decision-accuracy frame of a ladder's table; None when it is no ladder or has no two rungs to compare."""
-    from mbexp.analysis.scaling import is_ladder, ladder_points
+    from mbexp.analysis.ladder.scaling import is_ladder, ladder_points
 
     if not is_ladder(table):
         return None

@@ -10,9 +10,9 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FormatStrFormatter, NullFormatter
 
 from mbexp.analysis.files import FIT, found
-from mbexp.analysis.powerlaw import ALPHA_BOUNDS, Curve
+from mbexp.analysis.ladder.powerlaw import ALPHA_BOUNDS, Curve
+from mbexp.analysis.ladder.scaling import LEVEL, SHOWN, Ladder, ranking
 from mbexp.analysis.render import fmt
-from mbexp.analysis.scaling import LEVEL, SHOWN, Ladder, ranking
 from mbexp.claims.vocabulary import UNRESOLVED
 from mbexp.study.spec import load_studies
 

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
-from mbexp.analysis import ladder_draws
-from mbexp.analysis.powerlaw import fit, multiplier
+from mbexp.analysis.ladder import draws as ladder_draws  # `draws` names the bootstrap's draws here
+from mbexp.analysis.ladder.powerlaw import fit, multiplier
 from mbexp.claims.vocabulary import UNRESOLVED
 
 FORMS = ("shared floor", "separate floors", "E = 0")  # then one "without <size>" per size
@@ -100,11 +100,11 @@ def verdict(trends: list[str]) -> str:
 
 def read_trends(points: pd.DataFrame, group: pd.DataFrame, rows: list[dict], baseline: str, budget, resamples: int,
                 panels: list | None, draws=None) -> None:
-    """To each curve's row of one budget: its fit-free reading (analysis/trend.py: the paired Δ's slope over ln N,
+    """To each curve's row of one budget: its fit-free reading (ladder/trend.py: the paired Δ's slope over ln N,
     both p Holm-adjusted over the budget's variants, as a ladder claim reads them) and, with `panels` (a list the
     budget's panel rows are appended to), the panel's verdict (`draws`: the shared-floor fit's bootstrap)."""
+    from mbexp.analysis.ladder.trend import holm_p, ladder_deltas, reading, trend
     from mbexp.analysis.stats import ALPHA
-    from mbexp.analysis.trend import holm_p, ladder_deltas, reading, trend
 
     found = panel(group, baseline, resamples, draws) if panels is not None else None
     if found is not None:

@@ -1,7 +1,7 @@
 """Size ladders (docs/ladders.md, docs/ladder-fits.md): the ladder's points, per variant and budget a power law
-(analysis/powerlaw.py) on a floor E shared by the budget's variants, the compute multiplier against the baseline with
-a bootstrap over seeds, and the largest size predicted from the smaller ones, as a Ladder; rendered by
-analysis/ladder_render.py, written by analysis/outputs.py."""
+(analysis/ladder/powerlaw.py) on a floor E shared by the budget's variants, the compute multiplier against the
+baseline with a bootstrap over seeds, and the largest size predicted from the smaller ones, as a Ladder; rendered by
+analysis/ladder/render.py, written by analysis/outputs.py."""
 
 import json
 import math
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from mbexp.analysis.ladder_draws import (  # noqa: F401 - LEVEL, resampled_means, trend: re-exported
+from mbexp.analysis.ladder.draws import (  # noqa: F401 - LEVEL, resampled_means, trend: re-exported
     LEVEL,
     MIN_POINTS,
     RESAMPLES,
@@ -21,8 +21,8 @@ from mbexp.analysis.ladder_draws import (  # noqa: F401 - LEVEL, resampled_means
     trend,
     trend_of,
 )
-from mbexp.analysis.powerlaw import Curve, crossover, fit, multiplier
-from mbexp.analysis.sizes import PER_RUNG, SIZE_KEYS, is_ladder, variant_and_size  # noqa: F401 - re-exported
+from mbexp.analysis.ladder.powerlaw import Curve, crossover, fit, multiplier
+from mbexp.analysis.ladder.sizes import PER_RUNG, SIZE_KEYS, is_ladder, variant_and_size  # noqa: F401 - re-exported
 from mbexp.analysis.table import Table, setting
 
 BUDGET_KEY = "train.steps"
@@ -180,7 +180,7 @@ def _fit_budget(points: pd.DataFrame, idx: pd.Index, baseline: str, budget, resa
                 panels: list | None = None) -> list[dict]:
     """Fit one budget's curves; write the points' fitted loss, multiplier and interval; its curves' rows (with the
     lack-of-fit test, and the robustness panel's verdict, its rows appended to `panels`)."""
-    from mbexp.analysis import ladder_checks
+    from mbexp.analysis.ladder import checks
 
     group = points.loc[idx]
     curves, params = fit(group)
@@ -206,13 +206,13 @@ def _fit_budget(points: pd.DataFrame, idx: pd.Index, baseline: str, budget, resa
         else:
             cross, where = crossover(base, curve, group["compute"].min(), group["compute"].max())
             extra = {"crossover": cross, "crossover_where": where, **trend_of(group, mine, draws)}
-        own, whole = ladder_checks.lack_of_fit(mine, 2), ladder_checks.lack_of_fit(group, 2 * len(curves) + 1)
+        own, whole = checks.lack_of_fit(mine, 2), checks.lack_of_fit(group, 2 * len(curves) + 1)
         rows.append({"variant": name, "budget": budget, "alpha": curve.alpha, "E": curve.E, "A": curve.A,
                      "rms": float(np.sqrt(np.mean(mine["residual"] ** 2))), "noise": _noise(group),
                      "points": len(mine), **{f"lof_{k}": v for k, v in own.items()},
                      **{f"fit_lof_{k}": v for k, v in whole.items()}, **extra})
     if base is not None:
-        ladder_checks.read_trends(points, group, rows, baseline, budget, resamples, panels, draws)
+        checks.read_trends(points, group, rows, baseline, budget, resamples, panels, draws)
     return rows
 
 

@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from mbexp.analysis.powerlaw import fit, multiplier
+from mbexp.analysis.ladder.powerlaw import fit, multiplier
 from mbexp.analysis.stats import LEVEL
 from mbexp.claims.vocabulary import UNRESOLVED
 
