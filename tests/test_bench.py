@@ -75,7 +75,7 @@ def bench_args(*argv: str):
 
 def test_make_bench_runs_the_deciding_sections_and_merges_bench_full_runs_them_all():
     cli, args = bench_args()
-    assert list(args.only) == ["precision_auto", "speed_bar", "throughput", "omp"] and args.merge
+    assert list(args.only) == ["precision_auto", "speed_bar", "throughput", "axes", "omp"] and args.merge
     assert args.omp_rounds == 2 and args.omp_seconds == 2
     _, full = bench_args("--full")
     assert list(full.only) == list(cli.SECTIONS) and not full.merge

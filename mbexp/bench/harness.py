@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
-from mbexp import speed, validate
-from mbexp.config import Config, compose_config, model_spec, to_object
+from mbexp import speed
+from mbexp.config import Config, compose_config, model_spec, rules, to_object
 from mbexp.data import TokenData, prepare
 from mbexp.io import METRICS
 from mbexp.model import DecoderLM, param_counts
@@ -19,7 +19,7 @@ from mbexp.schedule import lr_for
 from mbexp.trainer import compile_model, evaluate, make_learner, train, train_step
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: its data_cache/ and scripts/bench.py
-PRECISIONS = tuple(p for p in validate.PRECISIONS if p != "auto")  # what `auto` may resolve to
+PRECISIONS = tuple(p for p in rules.PRECISIONS if p != "auto")  # what `auto` may resolve to
 # Other work on the machine only ever slows a window down, so the fastest window is the estimate
 # of each loop's own speed; medians are reported beside it.
 ESTIMATE = "best"
