@@ -12,7 +12,7 @@ from conftest import BIGTXT_TEST_VOCAB
 from test_table import BASE, write_run
 
 from mbexp import ngram
-from mbexp.analysis import equivalent, outputs, regime, render, table
+from mbexp.analysis import equivalent, outputs, readme, regime, render, table
 from mbexp.analysis.ladder import decision
 from mbexp.data import main as data_main
 
@@ -89,6 +89,9 @@ def test_scale_line_gives_ranges_and_tokens_per_parameter():
                                                  "corpus bigtxt")
     one = pd.DataFrame({"params_non_embedding": [800_000], "tokens_seen": [1_600_000]})
     assert regime.scale_line(one, "bigtxt") == "800k non-emb. params, 1.60M tokens seen, 2 tokens/param, corpus bigtxt"
+    # the README names the units once and keeps the numbers in the same order
+    assert readme._brief(regime.scale_line(rows, "bigtxt")) == "99k–1.54M · 1.23M · 0.8–12 · bigtxt"
+    assert readme._brief("corpus bigtxt") == "corpus bigtxt"
 
 
 # a baseline whose loss is 5 - 0.5 ln C: log C 2 and 4 give 4 and 3

@@ -1,6 +1,8 @@
 """The README's claims block (`make report` splices it in): one row per claim, or per study claim over its budgets,
 with its verdict, each comparison's outcome and what qualifies it."""
 
+import re
+
 from mbexp.analysis.ladder.render import readme_ladder_lines
 from mbexp.analysis.replication import CORRECTION
 from mbexp.analysis.table import setting
@@ -52,9 +54,9 @@ def readme_block(results: list[Result], trends: list[dict] = ()) -> str:
                       "docs/results.md)."]
         read += [x for g in ran for r in g for x in ([r.pooled.first] if r.pooled is not None else []) + [r]]
     scales = {r.claim.experiment: r.regime.partition("Scale: ")[2].rstrip(".") for r in read if r.regime}
-    lines += ["", "Scale of each experiment read above (non-embedding parameters, tokens, tokens per parameter, "
-              "corpus; its n-gram baselines: the table's caption): " + "; ".join(
-                  f"`{e}` {scale}" for e, scale in scales.items() if scale) + "."] if scales else []
+    lines += ["", "Scale of each experiment read above (non-embedding parameters · tokens seen · tokens per "
+              "parameter · corpus; its n-gram baselines: the table's caption): " + "; ".join(
+                  f"`{e}` {_brief(scale)}" for e, scale in scales.items() if scale) + "."] if scales else []
     if ladder := readme_ladder_lines(trends):
         lines += ["", "| size-ladder fit | read at | trend (exploratory) | qualified by |", "|:---|:---|:---|:---|",
                   *ladder]
@@ -134,3 +136,9 @@ def pooled_row(group: list[Result]) -> str:
     tags = sorted({t for r in group for t in (*r.tags, *r.pooled.first.tags)})
     return (f"| {pooled[0].first.claim.claim} | {where} | {verdicts}, pooled over seeds {seed_range(pooled[0].seeds)} "
             f"({CORRECTION}); first study alone: {alone} | {marks} | {', '.join(tags) or '—'} |")
+
+
+def _brief(scale: str) -> str:
+    """A scale line (analysis.regime.scale_line) without its units, which the README names once."""
+    found = re.fullmatch(r"(.+) non-emb\. params, (.+) tokens seen, (.+) tokens/param, corpus (.+)", scale)
+    return " · ".join(found.groups()) if found else scale
