@@ -222,8 +222,12 @@ def results_page(results: list[Result], results_dir, trends: list[dict] = (), co
                 "its study's scan chose ([studies.md](studies.md)).", "", side, ""]
     if costs:  # the declared studies' compute against the naive grid of separate runs
         out += ["## Declared studies: compute", "", *costs, "", "([studies.md](studies.md#cost))", ""]
-    out += [f"- `{study}`: LR scan [table](../results/tables/{study}{SCAN}.md), "
-            f"[figure](../results/figures/{study}{SCAN}.png)" for study in scans] + ([""] if scans else [])
+    if scans:  # each study's scan as `make table` wrote it: loss against LR per row, and the LR chosen
+        out += ["## LR scans of the declared studies", ""]
+    for study in scans:
+        table = Path(results_dir, "tables", f"{study}{SCAN}.md").read_text(encoding="utf-8").strip()
+        out += [f"### `{study}`", "", table, "", f"![{study}: loss against LR per row]"
+                f"(../results/figures/{study}{SCAN}.png)", ""]
     experiments = sorted({r.claim.experiment for r in results if r.present}  # those with runs, and the scans
                          | {s.scan_experiment for s in load_studies(results_dir).values()
                             if summaries_of(results_dir, s.scan_experiment)})
