@@ -412,6 +412,8 @@ def main(argv: list[str] | None = None) -> int:
         for m in mutants:
             print(f"{m.name:32} {m.path}: {m.old!r} -> {m.new!r}")
         return 0
+    # Ctrl-C stops the check even when the parent started it with SIGINT ignored (Python then keeps it ignored)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _terminated)
     tmp = Path(tempfile.mkdtemp(prefix="mbexp-mutants-"))
     copy = tmp / "repo"
