@@ -163,7 +163,7 @@ MUTANTS = [
            'completed["final_test_loss"].notna().any()',
            (T + "test_table_inputs.py::test_a_table_mixing_runs_with_and_without_a_test_split_reports_validation",)),
     Mutant("beyond_not_holm", "mbexp/claims/family.py",
-           "far = holm(stats.beyond_margin(c.interval, claim.margin) for c in out)",
+           "far = stats.holm([stats.beyond_margin(c.interval, claim.margin) for c in out], looks)",
            "far = [stats.beyond_margin(c.interval, claim.margin) for c in out]", (T + "test_claim_rules.py",)),
     Mutant("tokens_per_s_all_steps", "mbexp/run/state.py", "round(self.timed_steps * per_step / self.train_time",
            "round(self.step * per_step / self.train_time",

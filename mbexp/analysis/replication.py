@@ -5,7 +5,6 @@ widened to match; the first study's own verdict stands beside it, the replicatio
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
 from mbexp.analysis import stats
@@ -71,11 +70,6 @@ def pool(rep: Result, first: Result, table: Table | None, first_table: Table | N
     return Pooled(comparisons, NOT_AS_DECLARED if unmet else verdict(comparisons), standing, seeds, first, unmet)
 
 
-def _doubled(p) -> np.ndarray:
-    """Each p times the looks, at most 1 (NaN stays NaN: no interval)."""
-    return np.minimum(1.0, LOOKS * np.asarray(list(p), float))
-
-
 def _pooled_deltas(claim: Claim, first: Claim, table: Table, first_table: Table, sides: Sides) -> list[Comparison]:
     """Per (row, baseline), the per-seed values of both studies side by side, compared as one sample."""
     sided = []
@@ -97,8 +91,8 @@ def _pooled_trends(claim: Claim, first: Claim, table: Table, first_table: Table)
         c = Comparison(row, base, t.interval, t90.interval, t.per_seed, len(t.seeds), per_size=t.deltas)
         c.p_permutation = t.p_permutation
         out.append(c)
-    p = stats.holm(_doubled(c.interval.p for c in out))
-    q = stats.holm(_doubled(c.p_permutation for c in out))
+    p = stats.holm([c.interval.p for c in out], LOOKS)
+    q = stats.holm([c.p_permutation for c in out], LOOKS)
     for c, p_c, q_c in zip(out, p, q):
         c.p_holm, c.p_permutation_holm = max(float(p_c), float(q_c)), float(q_c)
         c.mark = stats.mark(c.interval.delta, c.p_holm, float("nan"))

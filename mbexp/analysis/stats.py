@@ -65,9 +65,10 @@ def _interval(delta: float, var_of_mean: float, df: float, level: float, method:
     return Interval(delta, delta - half, delta + half, se, df, float(p), method, samples)
 
 
-def holm(pvalues) -> np.ndarray:
-    """Holm–Bonferroni adjusted p-values (statsmodels' multipletests); NaN entries are not comparisons, stay NaN."""
-    p = np.asarray(pvalues, float)
+def holm(pvalues, looks: int = 1) -> np.ndarray:
+    """Holm–Bonferroni adjusted p-values (statsmodels' multipletests); NaN entries are not comparisons, stay NaN.
+    `looks`: each p first multiplied by it, at most 1 (Bonferroni over repeated looks at one question)."""
+    p = np.minimum(1.0, looks * np.asarray(list(pvalues), float))
     out = np.full(p.shape, math.nan)
     keep = ~np.isnan(p)
     if keep.any():

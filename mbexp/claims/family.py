@@ -4,7 +4,6 @@ planned seeds within the declared conditions, each comparison's per-seed sides f
 
 import math
 
-import numpy as np
 import pandas as pd
 
 from mbexp.analysis import equivalent, stats
@@ -105,12 +104,9 @@ def compared(claim: Claim, sided: list, level: float = stats.LEVEL, level90: flo
         out.append(Comparison(row, base, interval, stats.compare(a, b, level=level90), deltas,
                               len(deltas) if interval.method == "paired" else min(len(a), len(b))))
 
-    def holm(ps) -> list:
-        return stats.holm(np.minimum(1.0, looks * np.asarray(list(ps), float)))
-
-    p_holm = holm(c.interval.p for c in out)
-    tost = holm(stats.tost(c.interval, claim.margin) for c in out)
-    far = holm(stats.beyond_margin(c.interval, claim.margin) for c in out)
+    p_holm = stats.holm([c.interval.p for c in out], looks)
+    tost = stats.holm([stats.tost(c.interval, claim.margin) for c in out], looks)
+    far = stats.holm([stats.beyond_margin(c.interval, claim.margin) for c in out], looks)
     for c, p, t, f in zip(out, p_holm, tost, far):
         c.p_holm, c.tost_holm, c.beyond_holm = p, t, f
         # a margin is read first: a difference resolved nonzero but inside the margin is still equivalent within it
