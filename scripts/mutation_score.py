@@ -1,5 +1,6 @@
 """Tool-generated mutation score: mutmut over the modules [tool.mutmut] names in pyproject.toml, against the fast
 non-golden tests, and a report read from mutmut's own store (mutants/), so a partial or resumed run reports too.
+The store's results are kept in results/mutation/ledger.json (committed): a fresh clone resumes from there.
 
     python scripts/mutation_score.py run [--modules mbexp/schedule.py ...]   # generate, run what is not yet run
     python scripts/mutation_score.py count                                   # generate only: mutants per module
@@ -11,6 +12,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import sys
 from collections import Counter
 from pathlib import Path
@@ -19,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 STORE = Path("mutants")  # mutmut's working copy and result store, relative to ROOT
 OUT = Path("results/mutation")
 SELECTION = STORE / "mbexp-tests.txt"  # the pytest selection the stored results were run with
+LEDGER = OUT / "ledger.json"  # each run mutant's exit code and each function's hash, from the store
 EXPLAINED = OUT / "equivalent.md"  # reviewed survivors: `## <mutant>`, then `- kind:`, `- line:`, `- why:`
 KINDS = ("equivalent", "harmless")  # no observable difference; a difference no user reads (a message's wording)
 CAUGHT = ("killed", "timeout", "caught by type check")
@@ -57,7 +60,11 @@ def run(modules: list[str] | None, jobs: int, tests: list[str] | None, again: bo
     if tests:  # a narrower test selection than pyproject's; mutmut resets its results when this changes
         config().pytest_add_cli_args_test_selection = tests
     STORE.mkdir(exist_ok=True)
-    SELECTION.write_text(shlex.join(config().pytest_add_cli_args_test_selection) + "\n")
+    selection = shlex.join(config().pytest_add_cli_args_test_selection)
+    SELECTION.write_text(selection + "\n")
+    restored = restore_ledger(selection)
+    if restored:
+        print(f"{LEDGER}: {restored} results restored; mutmut keeps those whose function is unchanged")
     every = mm.collect_source_file_mutation_data
 
     def only_selected(*, mutant_names):
@@ -70,7 +77,57 @@ def run(modules: list[str] | None, jobs: int, tests: list[str] | None, again: bo
              for name, code in meta["exit_code_by_key"].items() if status_by_exit_code[code] in UNCAUGHT]
     if again and not names:
         return
-    mm._run(names, jobs)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run still saves what it ran
+    try:
+        mm._run(names, jobs)
+    finally:
+        save_ledger(selection)
+
+
+def save_ledger(selection: str) -> None:
+    """The store's results -> LEDGER (written whole, then renamed), keeping the ledger's modules the store lacks:
+    what a later clone resumes from."""
+    old = json.loads(LEDGER.read_text()) if LEDGER.exists() else {}
+    modules = old.get("modules", {}) if old.get("tests") == selection else {}
+    for path, meta in load_store().items():
+        codes = {k: c for k, c in meta["exit_code_by_key"].items() if c is not None}
+        if codes:
+            modules[path] = {"hash_by_function_name": meta["hash_by_function_name"], "exit_code_by_key": codes}
+    LEDGER.parent.mkdir(parents=True, exist_ok=True)
+    tmp = LEDGER.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"tests": selection, "modules": modules}, indent=0, sort_keys=True) + "\n")
+    tmp.replace(LEDGER)
+
+
+def restore_ledger(selection: str) -> int:
+    """LEDGER -> the store, if it ran with the same tests: a module the store lacks gets the ledger's .meta (mutmut
+    keeps the results of the functions whose hash is unchanged); a stored one, the ledger's result of each mutant
+    not yet run whose function's hash is unchanged. Returns the results restored."""
+    if not LEDGER.exists():
+        return 0
+    ledger = json.loads(LEDGER.read_text())
+    if ledger.get("tests") != selection:
+        print(f"{LEDGER} ran with other tests ({ledger.get('tests')!r}): not restored")
+        return 0
+    n = 0
+    for path, saved in ledger["modules"].items():
+        meta_file = STORE / f"{path}.meta"
+        if not meta_file.exists():
+            meta_file.parent.mkdir(parents=True, exist_ok=True)
+            meta_file.write_text(json.dumps({**saved, "type_check_error_by_key": {}, "durations_by_key": {},
+                                             "estimated_durations_by_key": {}}))
+            n += len(saved["exit_code_by_key"])
+            continue
+        meta = json.loads(meta_file.read_text())
+        hashes, old_hashes = meta["hash_by_function_name"], saved["hash_by_function_name"]
+        for key, code in saved["exit_code_by_key"].items():
+            func = key.rpartition("__mutmut_")[0].rpartition(".")[2]  # mbexp.m.xǁClassǁf__mutmut_3 -> xǁClassǁf
+            if key in meta["exit_code_by_key"] and meta["exit_code_by_key"][key] is None \
+                    and func in hashes and hashes[func] == old_hashes.get(func):
+                meta["exit_code_by_key"][key] = code
+                n += 1
+        meta_file.write_text(json.dumps(meta))
+    return n
 
 
 def load_store() -> dict[str, dict]:
@@ -197,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
         run(args.modules, args.jobs, args.tests, args.again)
     rep = report(args.modules)
     OUT.mkdir(parents=True, exist_ok=True)
+    if SELECTION.exists():
+        save_ledger(SELECTION.read_text().strip())
     (OUT / "report.json").write_text(json.dumps(rep, indent=1) + "\n")
     (OUT / "report.md").write_text(render(rep))
     print(f"{OUT}/report.md: " + ", ".join(f"{r['module']} {pct(r['score'])}" for r in rep["rows"])

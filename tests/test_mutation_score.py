@@ -1,0 +1,62 @@
+"""make mutants-full's ledger: a fresh clone resumes the mutation run from results/mutation/ledger.json, keeping
+each result only while its function's source (mutmut's hash) and the test selection are unchanged."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mutmut")
+ROOT = Path(__file__).resolve().parent.parent
+spec = importlib.util.spec_from_file_location("mutation_score", ROOT / "scripts" / "mutation_score.py")
+ms = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(ms)
+
+KEYS = ["mbexp.schedule.x_lr_at__mutmut_1", "mbexp.schedule.x_lr_at__mutmut_2", "mbexp.schedule.x_f__mutmut_1"]
+
+
+def write_meta(path: Path, codes: dict, hashes: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"exit_code_by_key": codes, "hash_by_function_name": hashes,
+                                "type_check_error_by_key": {}, "durations_by_key": {},
+                                "estimated_durations_by_key": {}}))
+
+
+def test_ledger_round_trip_keeps_only_unchanged_functions(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    meta = ms.STORE / "mbexp" / "schedule.py.meta"
+    write_meta(meta, {KEYS[0]: 1, KEYS[1]: 0, KEYS[2]: None}, {"x_lr_at": "aaa", "x_f": "bbb"})
+    ms.save_ledger("tests -m fast")
+    ledger = json.loads(ms.LEDGER.read_text())
+    assert ledger["tests"] == "tests -m fast"
+    assert ledger["modules"]["mbexp/schedule.py"]["exit_code_by_key"] == {KEYS[0]: 1, KEYS[1]: 0}
+
+    # a fresh store that mutmut generated again: x_lr_at unchanged, x_f edited since
+    write_meta(meta, dict.fromkeys(KEYS), {"x_lr_at": "aaa", "x_f": "ccc"})
+    assert ms.restore_ledger("tests -m other") == 0  # results of other tests are not reused
+    assert json.loads(meta.read_text())["exit_code_by_key"] == dict.fromkeys(KEYS)
+    ledger = json.loads(ms.LEDGER.read_text())
+    ledger["modules"]["mbexp/schedule.py"]["exit_code_by_key"][KEYS[2]] = 1  # x_f's old result must not come back
+    ledger["modules"]["mbexp/schedule.py"]["hash_by_function_name"]["x_f"] = "bbb"
+    ms.LEDGER.write_text(json.dumps(ledger))
+    assert ms.restore_ledger("tests -m fast") == 2
+    assert json.loads(meta.read_text())["exit_code_by_key"] == {KEYS[0]: 1, KEYS[1]: 0, KEYS[2]: None}
+
+
+def test_a_store_without_a_module_gets_the_ledgers_meta_and_keeps_others(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    ms.LEDGER.parent.mkdir(parents=True)
+    saved = {"hash_by_function_name": {"x_lr_at": "aaa"}, "exit_code_by_key": {KEYS[0]: 1}}
+    ms.LEDGER.write_text(json.dumps({"tests": "t", "modules": {"mbexp/schedule.py": saved}}))
+    assert ms.restore_ledger("t") == 1
+    meta = json.loads((ms.STORE / "mbexp" / "schedule.py.meta").read_text())
+    assert meta["exit_code_by_key"] == {KEYS[0]: 1} and meta["hash_by_function_name"] == {"x_lr_at": "aaa"}
+
+    # a later run over another module only: the ledger keeps schedule.py's result
+    (ms.STORE / "mbexp" / "schedule.py.meta").unlink()
+    write_meta(ms.STORE / "mbexp" / "data.py.meta", {"mbexp.data.x_g__mutmut_1": 0}, {"x_g": "ddd"})
+    ms.save_ledger("t")
+    modules = json.loads(ms.LEDGER.read_text())["modules"]
+    assert modules["mbexp/schedule.py"] == saved
+    assert modules["mbexp/data.py"]["exit_code_by_key"] == {"mbexp.data.x_g__mutmut_1": 0}
