@@ -10,6 +10,7 @@ import pandas as pd
 
 from mbexp.analysis import equivalent, regime, replication, stats
 from mbexp.analysis.files import FIT, SCAN, found
+from mbexp.analysis.init_control import control_markdown, control_rows
 from mbexp.analysis.ladder.render import ladder_markdown, ladder_trends, lr_ladders_markdown
 from mbexp.analysis.readme import read_at, readme_block
 from mbexp.analysis.render import CI, fmt
@@ -220,6 +221,12 @@ def results_page(results: list[Result], results_dir, trends: list[dict] = (), co
                 "is ahead) at each size on the planned seeds, and its slope over ln(non-embedding parameters), as "
                 "the claims read it. One LR: every rung at the same learning rate; own: each (size, FFN) at the LR "
                 "its study's scan chose ([studies.md](studies.md)).", "", side, ""]
+    if control := control_rows(results_dir):  # exploratory: does the gated deficit move when only the init scales?
+        out += ["## Init-only control (exploratory)", "",
+                "`init_control_cpu` against its SP twins in `ladder_wsd_cpu` (same seeds, LR and budget): the gated "
+                "FFN's mean paired Δ against ReLU on test (< 0: ahead) with the SP init (std 0.02) and with the hidden "
+                "init scaled with width (`model.init=fan_in`, base 64), and the change the init alone makes, paired "
+                "by seed ([studies.md](studies.md)).", "", control_markdown(control), ""]
     if costs:  # the declared studies' compute against the naive grid of separate runs
         out += ["## Declared studies: compute", "", *costs, "", "([studies.md](studies.md#cost))", ""]
     if scans:  # each study's scan as `make table` wrote it: loss against LR per row, and the LR chosen
