@@ -840,6 +840,7 @@ def mutants(*args: str, **kwargs) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True, **kwargs)
 
 
+@pytest.mark.source
 @pytest.mark.parametrize("how", ["SIGTERM", "Ctrl-C"])
 def test_a_stopped_mutation_check_removes_its_copy_ends_its_tests_and_says_so(tmp_path, how):
     tmp = tmp_path / "tmp"

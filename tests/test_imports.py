@@ -209,6 +209,7 @@ def test_reading_the_claims_file_loads_neither_torch_nor_pandas():
     assert "mbexp.claims.statistics" in loaded and not loaded & {"torch", "pandas", "scipy", "mbexp.analysis"}
 
 
+@pytest.mark.source
 def test_modules_stay_short_and_long_ones_say_why():
     # docs/contributing.md: about 300 lines, 350 at most; a module over 300 states why in its docstring
     texts = {p.relative_to(PACKAGE.parent): p.read_text(encoding="utf-8") for p in PACKAGE.rglob("*.py")}

@@ -128,6 +128,7 @@ def test_gpu_check_reports_summary_fields_that_exist():
     assert set(gpu_check.SUMMARY_KEYS) <= set(FIELDS)
 
 
+@pytest.mark.source
 def test_every_mutant_breaks_a_line_that_exists_and_names_tests_that_do():
     # make mutants: a snippet the code no longer holds would end as an error, never applied (docs/testing.md)
     import importlib.util

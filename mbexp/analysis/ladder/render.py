@@ -13,6 +13,7 @@ from mbexp.analysis.files import FIT, found
 from mbexp.analysis.ladder.powerlaw import ALPHA_BOUNDS, Curve
 from mbexp.analysis.ladder.scaling import LEVEL, SHOWN, Ladder, ranking
 from mbexp.analysis.render import fmt
+from mbexp.claims.result import short
 from mbexp.claims.vocabulary import UNRESOLVED
 from mbexp.study.spec import load_studies
 
@@ -243,8 +244,9 @@ def readme_ladder_lines(trends: list[dict]) -> list[str]:
     lines = []
     for t in trends:
         if t["steps"] == max(u["steps"] for u in trends if u["experiment"] == t["experiment"]):
-            lines.append(f"| compute multiplier of {t['variant']} over {t['baseline']} as the model grows | "
-                         f"{t['experiment']}, train.steps={t['steps']} | **{t['panel']}** | "
+            pair = [t["variant"], t["baseline"]]
+            lines.append(f"| {short(pair[0], pair)} over {short(pair[1], pair)}: compute multiplier as the model "
+                         f"grows | {t['experiment']}, train.steps={t['steps']} | **{t['panel']}** | "
                          f"robustness panel; fit-free: {_deficit(t)} |")
     return lines
 
