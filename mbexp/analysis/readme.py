@@ -54,9 +54,13 @@ def readme_block(results: list[Result], trends: list[dict] = ()) -> str:
                       "docs/results.md)."]
         read += [x for g in ran for r in g for x in ([r.pooled.first] if r.pooled is not None else []) + [r]]
     scales = {r.claim.experiment: r.regime.partition("Scale: ")[2].rstrip(".") for r in read if r.regime}
+    same: dict[str, list[str]] = {}  # experiments of one scale share its line
+    for e, scale in scales.items():
+        if scale:
+            same.setdefault(_brief(scale), []).append(f"`{e}`")
     lines += ["", "Scale of each experiment read above (non-embedding parameters · tokens seen · tokens per "
               "parameter · corpus; its n-gram baselines: the table's caption): " + "; ".join(
-                  f"`{e}` {_brief(scale)}" for e, scale in scales.items() if scale) + "."] if scales else []
+                  f"{', '.join(names)} {brief}" for brief, names in same.items()) + "."] if same else []
     if ladder := readme_ladder_lines(trends):
         lines += ["", "| size-ladder fit | read at | trend (exploratory) | qualified by |", "|:---|:---|:---|:---|",
                   *ladder]
@@ -85,6 +89,9 @@ def comparison_marks(result: Result, comparisons: list | None = None) -> str:
     (SYMBOLS; ≈ equivalent, ? open)."""
     comparisons = result.comparisons if comparisons is None else comparisons
     labels = [label for c in comparisons for label in (c.row, c.baseline) if label]
+    rows = list(dict.fromkeys(c.row for c in comparisons))
+    if result.claim.hypothesis != "ordering" and len(rows) > 1:  # rows alike but for one word: that word names them
+        labels = rows
     named = []
     for c in comparisons:
         name = short(c.row, labels) if result.claim.hypothesis != "ordering" else \
