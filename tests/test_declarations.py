@@ -341,3 +341,9 @@ def test_the_provenance_rule_names_why_a_run_does_not_count(tmp_path):
     assert standing(claim, read.iloc[:1], [], history) == ("exploratory", 0, 1)
     assert texts == ["exploratory: 2 of 2 runs read were not launched under this declaration (the claims file is not "
                      "tracked by git, so no commit declared it)"]
+
+
+def test_a_results_folder_without_claims_has_no_verdicts(tmp_path):
+    from mbexp.claims.evaluate import evaluate_file
+
+    assert evaluate_file(tmp_path, {}) == []  # not an error: a user's own results folder needs no claims file
