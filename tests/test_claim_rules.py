@@ -128,3 +128,14 @@ def test_a_better_claim_is_contradicted_only_beyond_the_margin_and_inside_it_rea
     assert beyond.mark == "worse" and outcome(better, beyond) == "contradicts"
     gain = compared(-0.027, 0.009, 0.4, 0.3)
     assert gain.mark == "better" and outcome(better, gain) == "supports"
+
+
+def test_qualifier_texts_name_each_edge_row_and_what_an_edge_bounds():
+    from mbexp.claims.rules import edge_text
+    from mbexp.claims.statistics import STATISTICS
+
+    text = edge_text({"a-relu": "low", "a-geglu": "high"}, lambda label: label.removeprefix("a-"))
+    assert text == "best LR at an end of the scan's grid for relu (low), geglu (high): the optimum may lie beyond it"
+    diff = STATISTICS["sensitivity_diff"]
+    assert diff.bound(1) == STATISTICS["sensitivity"].bound(1) == "its sensitivity is a lower bound"
+    assert diff.bound(2) == "each sensitivity is a lower bound, so their difference is bounded neither way"

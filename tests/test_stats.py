@@ -134,3 +134,11 @@ def test_a_zero_spread_tost_is_decided_by_the_size_of_the_difference_not_its_sig
     assert (worse.delta, worse.se, better.delta, better.se) == (0.25, 0.0, -0.25, 0.0)
     assert [stats.tost(iv, 0.5) for iv in (worse, better)] == [0.0, 0.0]
     assert [stats.tost(iv, 0.125) for iv in (worse, better)] == [1.0, 1.0]
+
+
+def test_sensitivity_is_infinite_when_no_run_at_the_smallest_setting_reports_a_loss():
+    # every run without warm-up diverged: no reported loss there at all, while the best setting has two seeds
+    finished = pd.Series([5.0, 5.1], index=[0, 1])
+    val = {0: pd.Series(dtype=float), 200: finished}
+    assert stats.sensitivity(val, {200: finished}).delta == math.inf
+    assert stats.sensitivity_sides(val, {200: finished})[0].empty
