@@ -96,8 +96,9 @@ def test_the_runs_read_are_the_scan_runs_at_the_selection_budget(tmp_path):
 
 @pytest.mark.parametrize("change, message", [
     ("hypothesis: better", "statistic transfer tests the hypotheses equivalent, worse"),
-    ("rows: [width96, width256]", "must be the study's model values"),
-    ("rows: [width64]", "names its base width as baseline"),
+    ("rows: [width96, width256]", r"rows and baseline must be the study's model values \(width64, width96, width128\), "
+                                  r"got \['width256'\]"),
+    ("rows: [width64]", "a transfer claim names its base width as baseline and the other widths as rows"),
 ])
 def test_a_transfer_claim_refuses_what_it_cannot_read(change, message):
     key = change.partition(":")[0]
@@ -107,10 +108,14 @@ def test_a_transfer_claim_refuses_what_it_cannot_read(change, message):
         load_claims_text(text)
 
 
+READS = r"a transfer claim reads a study whose rows include model \(the widths\), each scanned \(no transfer_from\)"
+
+
 @pytest.mark.parametrize("old, new, message", [
-    ("model: [width64, width96, width128], ", "", "rows include model"),
-    ("select_at: 600", "select_at: 600\n    transfer_from: {model: width64}", "each scanned"),
-    ("select_at: 600", "select_at: 600\n    family: study", "no p to correct"),
+    ("model: [width64, width96, width128], ", "", READS),
+    ("select_at: 600", "select_at: 600\n    transfer_from: {model: width64}", READS),
+    ("select_at: 600", "select_at: 600\n    family: study",
+     r"a transfer claim has no p to correct: its study reads each claim's own family \(no family: study\)"),
 ])
 def test_a_transfer_claim_needs_a_study_that_scans_every_width_on_its_own_family(old, new, message):
     text = CLAIMS.split("  - {id: drift")[0].replace(old, new)
