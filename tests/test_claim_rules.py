@@ -1,6 +1,7 @@
 """Claim verdict rules (docs/claims.md#marks-outcomes-and-the-verdict), each on a family built so that only the rule
 decides."""
 
+import math
 from types import SimpleNamespace
 
 import pandas as pd
@@ -139,3 +140,27 @@ def test_qualifier_texts_name_each_edge_row_and_what_an_edge_bounds():
     diff = STATISTICS["sensitivity_diff"]
     assert diff.bound(1) == STATISTICS["sensitivity"].bound(1) == "its sensitivity is a lower bound"
     assert diff.bound(2) == "each sensitivity is a lower bound, so their difference is bounded neither way"
+
+
+def test_a_trend_in_a_study_wide_family_is_resolved_by_its_permutation_p_too():
+    """family: study on two trend claims: the one with no p keeps its own reading (and its unmet condition decides
+    its verdict); the other takes the larger of its study-wide p and its permutation p, and its mark from that."""
+    from mbexp.claims.evaluate import study_family
+    from mbexp.claims.result import Comparison
+    from mbexp.claims.vocabulary import NOT_AS_DECLARED, OPEN, UNRESOLVED
+
+    def claimed(iv: stats.Interval, unmet: list) -> SimpleNamespace:
+        c = Comparison("r", "b", iv, iv, None, 6, p_holm=0.5, mark="kept", outcome="kept", p_permutation_holm=0.2)
+        claim = SimpleNamespace(study="s", margin=0.02, statistic="trend", hypothesis="better",
+                                protocol={"family": "study"})
+        return SimpleNamespace(claim=claim, comparisons=[c], verdict="agrees", unmet=unmet, qualifiers=[])
+
+    none = claimed(stats.Interval(math.nan), ["scan incomplete"])
+    iv = stats.Interval(-0.1, -0.15, -0.05, se=0.02, df=5, p=0.001, method="paired", samples=((-0.1,) * 6,))
+    trend = claimed(iv, [])
+    study_family([none, trend])
+    kept, read = none.comparisons[0], trend.comparisons[0]
+    assert (kept.p_holm, kept.mark, kept.outcome) == (0.5, "kept", "kept") and none.verdict == NOT_AS_DECLARED
+    assert read.p_holm_study == pytest.approx(0.001) and read.p_holm == 0.2  # the permutation p decides
+    assert read.mark == UNRESOLVED and read.outcome == OPEN and math.isnan(read.tost_holm)
+    assert trend.verdict == "not resolved" and "family: study" in trend.qualifiers[0]
