@@ -356,3 +356,18 @@ def test_a_claim_at_the_smaller_budget_says_the_baselines_steps_to_match(tmp_pat
     assert "2.00× [2.00, 2.00]; 200 steps |" in "\n".join(report.claim_section(r))
     row = next(csv.DictReader(io.StringIO(report.claims_csv([r]))))
     assert float(row["ceq_steps"]) == pytest.approx(200.0) and row["ceq_extrapolated"] == ""
+
+
+def test_sides_are_a_comparisons_per_seed_losses_on_the_seeds_asked(tmp_path):
+    # what a replication pools: the row's and the baseline's reported losses, by seed, only on the seeds given
+    from mbexp.claims.evaluate import sides
+
+    sweep(tmp_path, seeds=range(4))
+    longer = {A: [v - 0.5 for v in ROWS[A]]}  # a second budget, the table's reference column: not the one read
+    for seed in range(4):
+        write_run(tmp_path, BASE, seed=seed, final=BASE_LOSS[seed] - 0.5, test=BASE_LOSS[seed] - 0.5, steps=600, **BIG)
+        write_run(tmp_path, A, seed=seed, final=longer[A][seed], test=longer[A][seed], steps=600, **BIG)
+    tables = table.build_tables(tmp_path)
+    row, base = sides(claim(at={"train.steps": 300}), tables["quick"], (A, BASE), {1, 3})
+    assert row.to_dict() == {1: ROWS[A][1], 3: ROWS[A][3]}
+    assert base.to_dict() == {1: BASE_LOSS[1], 3: BASE_LOSS[3]}
