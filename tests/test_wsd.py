@@ -152,3 +152,18 @@ def test_a_kill_in_the_trunk_and_in_a_branch_resumes_bit_for_bit(tmp_path, cache
 def test_a_cool_down_of_half_a_step_rounds_up():
     # round(f * T) with halves up, not Python's round half to even (12 would give 8 and 38)
     assert cooldown_start(10, 0.25) == 7 and cooldown_start(50, 0.25) == 37
+
+
+def test_force_reruns_every_budget_even_a_finished_or_missing_branch(tmp_path, cache):
+    def run(*extra):
+        return train(compose_config(clean(overrides(tmp_path, cache, *WSD, "train.budgets=[16,40]", *extra))))
+
+    assert run()["status"] == "completed"
+    [branch] = [p for p in tmp_path.rglob("summary.json") if json.loads(p.read_text())["steps"] == 16]
+    first = json.loads(branch.read_text())
+    branch.write_text(json.dumps(first | {"final_val_loss": 999.0}))  # a finished branch force must not keep
+    assert run("force=true")["status"] == "completed"
+    assert json.loads(branch.read_text())["final_val_loss"] == first["final_val_loss"]
+    branch.unlink()  # a branch that never finished: force starts it afresh all the same
+    assert run("force=true")["status"] == "completed"
+    assert json.loads(branch.read_text())["final_val_loss"] == first["final_val_loss"]
