@@ -347,3 +347,25 @@ def test_a_results_folder_without_claims_has_no_verdicts(tmp_path):
     from mbexp.claims.evaluate import evaluate_file
 
     assert evaluate_file(tmp_path, {}) == []  # not an error: a user's own results folder needs no claims file
+
+
+def test_verdicts_of_a_claims_file_read_its_git_history(tmp_path):
+    # runs recording the committed declaration's digest, launched clean from its commit: confirmatory only because
+    # evaluate_file reads the claims file's history (without it, no commit declared anything)
+    from test_table import write_run
+
+    from mbexp.analysis import table
+    from mbexp.claims.evaluate import evaluate_file
+
+    results = tmp_path / "results"
+    declare(results)
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "add", "results/claims.yaml")
+    git(tmp_path, "commit", "-q", "-m", "declare")
+    launched = {"declarations": parse.covering(results, "decl"), "git_commit": git(tmp_path, "rev-parse", "HEAD"),
+                "git_clean": True}
+    for seed, (relu, swiglu) in enumerate([(5.0, 4.8), (5.2, 4.9)]):
+        write_run(results, RELU, seed=seed, final=relu, test=relu, experiment="decl", **launched)
+        write_run(results, SWIGLU, seed=seed, final=swiglu, test=swiglu, experiment="decl", **launched)
+    [result] = evaluate_file(results, table.build_tables(results))
+    assert (result.standing, result.runs_declared, result.runs_read) == ("confirmatory", 4, 4)
