@@ -226,7 +226,9 @@ def results_page(results: list[Result], results_dir, trends: list[dict] = (), co
                 "`init_control_cpu` against its SP twins in `ladder_wsd_cpu` (same seeds, LR and budget): the gated "
                 "FFN's mean paired Δ against ReLU on test (< 0: ahead) with the SP init (std 0.02) and with the hidden "
                 "init scaled with width (`model.init=fan_in`, base 64), and the change the init alone makes, paired "
-                "by seed ([studies.md](studies.md)).", "", control_markdown(control), ""]
+                "by seed ([studies.md](studies.md)). At the base width both inits are the same computation, so the "
+                "change there measures only what differs between the two arms' runs (bf16 numerics differ between "
+                "CPUs; the twins may have run on another).", "", control_markdown(control), ""]
     if costs:  # the declared studies' compute against the naive grid of separate runs
         out += ["## Declared studies: compute", "", *costs, "", "([studies.md](studies.md#cost))", ""]
     if scans:  # each study's scan as `make table` wrote it: loss against LR per row, and the LR chosen

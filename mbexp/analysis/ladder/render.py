@@ -247,7 +247,7 @@ def readme_ladder_lines(trends: list[dict]) -> list[str]:
             pair = [t["variant"], t["baseline"]]
             lines.append(f"| {short(pair[0], pair)} over {short(pair[1], pair)}: compute multiplier as the model "
                          f"grows | {t['experiment']}, train.steps={t['steps']} | **{t['panel']}** | "
-                         f"robustness panel; fit-free: {_deficit(t)} |")
+                         f"fit-free: {_deficit(t)} |")
     return lines
 
 
