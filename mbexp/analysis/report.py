@@ -245,8 +245,8 @@ def results_page(results: list[Result], results_dir, trends: list[dict] = (), co
     out += [f"- `{exp}`: {n} runs, {hours:.1f} run-hours: [table](../results/tables/{exp}.md)"
             + (f", [forest plot](../results/figures/{exp}_forest.png)"  # none without a comparison yet
                if Path(results_dir, "figures", f"{exp}_forest.png").is_file() else "")
-            for exp in experiments for n, hours in [run_hours(results_dir, exp)]
-            if Path(results_dir, "tables", f"{exp}.md").is_file()]  # a transfer claim's study may have only its scan
+            for exp in experiments if Path(results_dir, "tables", f"{exp}.md").is_file()  # a study: maybe its scan only
+            for n, hours in [run_hours(results_dir, exp)]]
     return "\n".join(out).rstrip() + "\n"
 
 
