@@ -57,3 +57,16 @@ def no_shared_wandb_service():
 
         wandb.teardown()
         os.environ.pop("WANDB_SERVICE", None)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under mutmut (scripts/mutation_score.py), a mutant's tests run fastest first, by the durations mutmut
+    recorded: with -x the first failing test ends the run, so a killed mutant costs its quickest killer."""
+    if "__mutmut_" not in os.environ.get("MUTANT_UNDER_TEST", ""):
+        return
+    import json
+    from pathlib import Path
+
+    stats = Path("mutmut-stats.json")  # mutmut runs the tests from its store, mutants/
+    durations = json.loads(stats.read_text()).get("duration_by_test", {}) if stats.exists() else {}
+    items.sort(key=lambda item: durations.get(item.nodeid, float("inf")))

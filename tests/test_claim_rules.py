@@ -107,6 +107,9 @@ def test_a_study_declaring_family_study_reads_its_verdicts_on_the_study_wide_hol
     study_family(wide)
     assert [r.verdict for r in wide] == ["not resolved"] * 3
     assert wide[0].comparisons[0].p_holm == pytest.approx(0.06) and "family: study" in wide[0].qualifiers[0]
+    # a difference reads its TOST on the study-wide Holm too (far outside ±0.02 here: 1 after Holm)
+    tost = stats.holm([stats.tost(r.comparisons[0].interval, 0.02) for r in wide])
+    assert [r.comparisons[0].tost_holm for r in wide] == pytest.approx(tost) and tost[0] > 0.5
 
 
 def test_a_better_claim_is_contradicted_only_beyond_the_margin_and_inside_it_reads_equivalent():
@@ -149,18 +152,21 @@ def test_a_trend_in_a_study_wide_family_is_resolved_by_its_permutation_p_too():
     from mbexp.claims.result import Comparison
     from mbexp.claims.vocabulary import NOT_AS_DECLARED, OPEN, UNRESOLVED
 
-    def claimed(iv: stats.Interval, unmet: list) -> SimpleNamespace:
-        c = Comparison("r", "b", iv, iv, None, 6, p_holm=0.5, mark="kept", outcome="kept", p_permutation_holm=0.2)
+    def claimed(iv: stats.Interval, unmet: list, permutation: float = 0.2) -> SimpleNamespace:
+        c = Comparison("r", "b", iv, iv, None, 6, p_holm=0.5, mark="kept", outcome="kept",
+                       p_permutation_holm=permutation)
         claim = SimpleNamespace(study="s", margin=0.02, statistic="trend", hypothesis="better",
                                 protocol={"family": "study"})
         return SimpleNamespace(claim=claim, comparisons=[c], verdict="agrees", unmet=unmet, qualifiers=[])
 
     none = claimed(stats.Interval(math.nan), ["scan incomplete"])
     iv = stats.Interval(-0.1, -0.15, -0.05, se=0.02, df=5, p=0.001, method="paired", samples=((-0.1,) * 6,))
-    trend = claimed(iv, [])
-    study_family([none, trend])
+    trend, sure = claimed(iv, []), claimed(iv, [], permutation=0.001)
+    study_family([none, trend, sure])
     kept, read = none.comparisons[0], trend.comparisons[0]
     assert (kept.p_holm, kept.mark, kept.outcome) == (0.5, "kept", "kept") and none.verdict == NOT_AS_DECLARED
-    assert read.p_holm_study == pytest.approx(0.001) and read.p_holm == 0.2  # the permutation p decides
+    assert read.p_holm_study == pytest.approx(0.002) and read.p_holm == 0.2  # the permutation p decides
     assert read.mark == UNRESOLVED and read.outcome == OPEN and math.isnan(read.tost_holm)
     assert trend.verdict == "not resolved" and "family: study" in trend.qualifiers[0]
+    # both permutation p below 0.05 too: resolved, the slope's sign giving the mark
+    assert sure.comparisons[0].p_holm == pytest.approx(0.002) and sure.comparisons[0].mark == "better"

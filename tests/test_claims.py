@@ -263,7 +263,7 @@ POST, PRE = "layer-post-relu-matched", "layer-pre-relu-matched"
 
 def _warmup_runs(results, post, pre, best=100):
     """Per seed, loss at warm-up 0 minus at `best` is post[seed] / pre[seed]; the other warm-up is worse."""
-    for seed in range(3):
+    for seed in range(len(post)):
         for row, sens in ((POST, post), (PRE, pre)):
             low = 5.0 + 0.01 * seed
             for warmup in (0, 25, 100):
@@ -288,6 +288,10 @@ def test_needs_warmup_more_is_the_difference_of_sensitivities_with_edge_flags(tm
     inside = result(tmp_path / "inside", statistic="sensitivity_diff", hypothesis="worse", rows=None,
                     baseline=None, pairs=[[POST, PRE]])
     assert "best warm-up at grid edge" not in inside.tags
+    _warmup_runs(tmp_path / "added", [*post, 2.0], [*pre, 0.0])  # a seed beyond the plan: shown apart, not read
+    added = result(tmp_path / "added", statistic="sensitivity_diff", hypothesis="worse", rows=None, baseline=None,
+                   pairs=[[POST, PRE]]).comparisons[0]
+    assert added.n == 3 and added.interval.delta == pytest.approx(0.37)
 
 
 def test_needs_warmup_requires_the_sensitivity_beyond_its_margin_two_sided(tmp_path):
