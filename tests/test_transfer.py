@@ -95,7 +95,7 @@ def test_the_runs_read_are_the_scan_runs_at_the_selection_budget(tmp_path):
 
 
 @pytest.mark.parametrize("change, message", [
-    ("hypothesis: better", "statistic transfer tests the hypotheses equivalent, worse"),
+    ("hypothesis: better", "statistic transfer tests the hypotheses equivalent, worse, got 'better'"),
     ("rows: [width96, width256]", r"rows and baseline must be the study's model values \(width64, width96, width128\), "
                                   r"got \['width256'\]"),
     ("rows: [width64]", "a transfer claim names its base width as baseline and the other widths as rows"),
@@ -104,7 +104,7 @@ def test_a_transfer_claim_refuses_what_it_cannot_read(change, message):
     key = change.partition(":")[0]
     entry = {"hypothesis": "hypothesis: equivalent", "rows": "rows: [width96, width128]"}
     text = CLAIMS.split("  - {id: drift")[0].replace(entry[key], change)
-    with pytest.raises(ClaimsError, match=message):
+    with pytest.raises(ClaimsError, match=f": {message}$"):  # the whole reason, after the claim's place
         load_claims_text(text)
 
 
@@ -119,7 +119,7 @@ READS = r"a transfer claim reads a study whose rows include model \(the widths\)
 ])
 def test_a_transfer_claim_needs_a_study_that_scans_every_width_on_its_own_family(old, new, message):
     text = CLAIMS.split("  - {id: drift")[0].replace(old, new)
-    with pytest.raises(ClaimsError, match=message):
+    with pytest.raises(ClaimsError, match=f": {message}$"):
         load_claims_text(text)
 
 
@@ -132,3 +132,19 @@ def test_a_transfer_claim_reaches_claims_csv_the_results_page_and_the_readme(tmp
     assert "every width's chosen LR within one grid step of `width64`'s" in section and "| relu-width128 |" in section
     block = readme.readme_block(results)
     assert "quick_scan, chosen LR per width at train.steps=600" in block and "relu-width128 ✗" in block
+
+
+def test_the_results_page_shows_each_widths_chosen_lr_and_its_steps_from_the_base_width(tmp_path):
+    """The transfer section reads the scan's table as `make table` writes it: per FFN and width the chosen LR and
+    its signed grid steps from width64's; a width whose scan is unfinished shows none."""
+    from mbexp.analysis.outputs import write_scans
+    from mbexp.analysis.transfer_page import transfer_markdown
+
+    got = read(tmp_path, {("width128", "relu"): 1, ("width96", "geglu"): 4}, skip={("width128", "geglu", 0, 1)})
+    write_scans(tmp_path)
+    lines = transfer_markdown(list(got.values()), tmp_path).splitlines()
+    assert lines[0] == "| ffn | width | `tr` (SP): chosen LR (grid steps from width64) |"
+    assert lines[2:] == ["| relu | width64 | 0.008 (+0) |", "| relu | width96 | 0.008 (+0) |",
+                         "| relu | width128 | 0.002 (-2) |", "| geglu | width64 | 0.008 (+0) |",
+                         "| geglu | width96 | 0.016 (+1) |", "| geglu | width128 | — |"]
+    assert transfer_markdown([], tmp_path) == ""

@@ -11,11 +11,12 @@ import pandas as pd
 from mbexp.analysis import equivalent, regime, replication, stats
 from mbexp.analysis.files import FIT, SCAN, found
 from mbexp.analysis.init_control import control_markdown, control_rows
-from mbexp.analysis.ladder.render import ladder_markdown, ladder_trends, lr_ladders_markdown
+from mbexp.analysis.ladder.render import LADDERS_INTRO, ladder_markdown, ladder_trends, lr_ladders_markdown
 from mbexp.analysis.readme import read_at, readme_block
 from mbexp.analysis.render import CI, fmt
 from mbexp.analysis.studies import annotate, cost_lines, run_hours
 from mbexp.analysis.table import build_tables, seed_text
+from mbexp.analysis.transfer_page import TRANSFER_INTRO, transfer_markdown
 from mbexp.claims.evaluate import evaluate
 from mbexp.claims.parse import load_claims
 from mbexp.claims.provenance import History
@@ -215,12 +216,10 @@ def results_page(results: list[Result], results_dir, trends: list[dict] = (), co
         out += [f"- `{exp}`: [fit table](../results/tables/{exp}{FIT}.md), "
                 f"[figure](../results/figures/{exp}_ladder.png)" for exp in sorted({t["experiment"] for t in trends})]
         out += [""]
-    if side := lr_ladders_markdown(results):
-        out += ["## Size ladders at one LR and at each size's own LR", "",
-                "The ladder claims side by side: the mean paired Δ (variant − baseline, same seed; < 0: the variant "
-                "is ahead) at each size on the planned seeds, and its slope over ln(non-embedding parameters), as "
-                "the claims read it. One LR: every rung at the same learning rate; own: each (size, FFN) at the LR "
-                "its study's scan chose ([studies.md](studies.md)).", "", side, ""]
+    if side := lr_ladders_markdown(results, results_dir):
+        out += ["## Size ladders at one LR, at each size's own LR, and under μP", "", LADDERS_INTRO, "", side, ""]
+    if across := transfer_markdown(results, results_dir):  # the transfer claims' studies: SP beside μP
+        out += ["## LR transfer across width", "", TRANSFER_INTRO, "", across, ""]
     if control := control_rows(results_dir):  # exploratory: does the gated deficit move when only the init scales?
         out += ["## Init-only control (exploratory)", "",
                 "`init_control_cpu` against its SP twins in `ladder_wsd_cpu` (same seeds, LR and budget): the gated "

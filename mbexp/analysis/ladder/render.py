@@ -210,22 +210,32 @@ def _deficit(t: dict) -> str:
         if t["fit_free"] != UNRESOLVED else f"not resolved (p {fmt(t['fit_free_p'], SHOWN)})"
 
 
-def lr_ladders_markdown(results) -> str:
+LADDERS_INTRO = (
+    "The ladder claims side by side: the mean paired Δ (variant − baseline, same seed; < 0: the variant is ahead) at "
+    "each size on the planned seeds, and its slope over ln(non-embedding parameters), as the claims read it. One LR: "
+    "every rung at the same learning rate; own: each (size, FFN) at the LR its study's scan chose; width64's: every "
+    "width at the LR the scan chose at the base width (μP, `transfer_from`), no scan at the other widths "
+    "([studies.md](studies.md)). Design: the study's steps by design, scans included ([cost](#declared-studies-"
+    "compute)); the SP ladders and the μP ladder differ in their sizes (depth and width against width alone).")
+
+
+def lr_ladders_markdown(results, results_dir) -> str:
     """The ladder claims (statistic: trend) side by side, one line per claim and variant: the mean paired Δ vs the
     baseline at each size on the planned seeds, the slope of Δ over ln N, its mark and the claim's verdict; at one
-    LR for every rung, or each (size, FFN) at its own (own_lr). Empty without ladder claims."""
+    LR for every rung, each (size, FFN) at its own (own_lr), or every size at the base size's (a study's
+    transfer_from); with a study's compute by design (steps). Empty without ladder claims."""
     ladders = [r for r in results if r.claim.statistic == "trend"]
     if not ladders:
         return ""
     sizes = list(dict.fromkeys(size for r in ladders for c in r.comparisons for size in c.per_size))
-    lines = ["| variant vs baseline | steps | ladder | LR | " + " | ".join(f"Δ {s}" for s in sizes) +
+    lines = ["| variant vs baseline | steps | ladder | LR | design (steps) | " + " | ".join(f"Δ {s}" for s in sizes) +
              " | slope of Δ per e-fold of N (95% CI) | p (Holm) | mark | verdict |",
-             "|:---|---:|:---|:---|" + "---:|" * len(sizes) + "---:|---:|:---|:---|"]
-    key = []
+             "|:---|---:|:---|:---|---:|" + "---:|" * len(sizes) + "---:|---:|:---|:---|"]
+    key, studies = [], load_studies(results_dir)
     for r in ladders:
         found = {c.row: c for c in r.comparisons}
         steps = dict(r.claim.at).get("train.steps", "largest")
-        lr = f"own (study `{r.claim.study}`)" if r.claim.study else "own (tuned)" if r.claim.own_lr else "one"
+        lr, design = _lr_text(r.claim), _design(studies.get(r.claim.study), results_dir)
         for row, base in r.claim.pairs:
             c = found.get(row)
             cells = [fmt(c.per_size[s], "+.3f") if c and s in c.per_size else "—" for s in sizes]
@@ -233,9 +243,23 @@ def lr_ladders_markdown(results) -> str:
                 if c else "—"
             order = steps if isinstance(steps, int) else math.inf
             key.append(((row, order, r.claim.own_lr, r.claim.experiment), "| " + " | ".join(
-                [f"{row} vs {base}", str(steps), r.claim.experiment, lr, *cells, slope,
+                [f"{row} vs {base}", str(steps), r.claim.experiment, lr, design, *cells, slope,
                  fmt(c.p_holm, SHOWN) if c else "—", c.mark if c else "—", f"{r.verdict} ({r.standing})"]) + " |"))
     return "\n".join(lines + [line for _, line in sorted(key, key=lambda k: k[0])])
+
+
+def _lr_text(claim) -> str:
+    """How a ladder claim's rungs got their LR: one for all, each its own, or the base rung's (transfer_from)."""
+    if base := dict(claim.protocol.get("transfer_from") or {}) if claim.study else {}:
+        return f"{', '.join(map(str, base.values()))}'s (study `{claim.study}`)"
+    return f"own (study `{claim.study}`)" if claim.study else "own (tuned)" if claim.own_lr else "one"
+
+
+def _design(study, results_dir) -> str:
+    """A study's steps by design, its scans included (a reused scan counted where it ran); — without a study."""
+    from mbexp.analysis.studies import cost  # the tables' module: only where a ladder claim names a study
+
+    return "—" if study is None else f"{cost(study, results_dir)['design_steps']:,}"
 
 
 def readme_ladder_lines(trends: list[dict]) -> list[str]:
