@@ -187,3 +187,14 @@ def test_a_mup_run_trains(tmp_path, cache):
     assert proc.returncode == 0, proc.stderr[-2000:]
     (summary,) = summaries(tmp_path / "results")
     assert summary["status"] == "completed" and summary["row"].endswith("-mup-base32")
+
+
+@pytest.mark.parametrize("hidden", [dict(hidden="4d"), dict(hidden_multiple_of=64)], ids=["4d", "multiple_of=64"])
+def test_the_ffn_width_multiplier_uses_the_models_own_hidden_rule_at_the_base_width(hidden):
+    """Twice the base width: every hidden matrix's m_W is 2, the FFN's output matrix (fan-in d_ff) too, with the
+    base d_ff from the same hidden rule and rounding (gated at 4D: 256 at base 64; 8/3 D to a multiple of 64: 192)."""
+    model = DecoderLM(spec(2 * BASE, "mup", ffn="swiglu", **hidden))
+    mults = width_mults(model)
+    assert model.spec.d_ff in (512, 384) and set(mults.values()) == {2.0}
+    assert {name.split(".", 2)[2] for name in mults} == {"attn.qkv.weight", "attn.proj.weight", "ffn.w.weight",
+                                                           "ffn.v.weight", "ffn.w2.weight"}

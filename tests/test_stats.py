@@ -142,3 +142,15 @@ def test_sensitivity_is_infinite_when_no_run_at_the_smallest_setting_reports_a_l
     val = {0: pd.Series(dtype=float), 200: finished}
     assert stats.sensitivity(val, {200: finished}).delta == math.inf
     assert stats.sensitivity_sides(val, {200: finished})[0].empty
+
+
+def test_sensitivity_is_unknown_when_the_best_setting_reported_no_loss_and_honours_its_level():
+    """Best on validation (100) but no reported loss there (its test evaluation missing): NaN, not a comparison
+    against nothing; and the interval is the one at the level asked for."""
+    val = {0: seeds(5.6, 5.7, 5.5), 100: seeds(5.1, 5.2, 5.0)}
+    unknown = stats.sensitivity(val, {0: seeds(5.5, 5.7, 5.6)})
+    assert math.isnan(unknown.delta) and stats.sensitivity_sides(val, {0: seeds(5.5)})[1].empty
+    report = {0: seeds(5.5, 5.7, 5.6), 100: seeds(5.1, 5.2, 5.3)}  # differences 0.4, 0.5, 0.3: se 0.0577
+    at90 = stats.sensitivity(val, report, level=0.90)
+    assert at90.delta == pytest.approx(0.4)
+    assert at90.high - at90.delta == pytest.approx(2.919986 * 0.1 / math.sqrt(3))  # t(0.95, 2 df)
