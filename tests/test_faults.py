@@ -888,3 +888,24 @@ def test_a_checkpoint_of_random_bytes_is_named_not_a_checkpoint(tmp_path, caplog
         (line,) = [r.getMessage() for r in caplog.records]
         assert "(unreadable: checkpoint.pt: not a checkpoint (corrupt or another kind of file" in line, line
         assert "safe" not in line and "weights" not in line.lower(), line
+
+
+class Pickled:
+    """An object torch's safe (weights-only) load refuses to rebuild from a checkpoint."""
+
+
+def test_each_kind_of_unreadable_checkpoint_gets_its_own_reason_in_one_line(tmp_path, caplog):
+    from mbexp.run import checkpoint
+
+    torch.save({"config_hash": "abc", "step": 3, "obj": Pickled()}, tmp_path / checkpoint.LATEST)
+    with caplog.at_level("WARNING"):
+        assert checkpoint.load(tmp_path, config_hash="abc") is None
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.endswith("(unreadable: checkpoint.pt: it holds objects a safe (weights-only) load refuses; "
+                         "delete it): training again from step 0"), line
+    # torch's refusal of plain bytes says nothing a user can act on; any other failure names its first line
+    not_one = "not a checkpoint (corrupt or another kind of file{}); delete it"
+    assert checkpoint._reason(RuntimeError("Weights only load failed. Bad magic.")) == not_one.format("")
+    assert checkpoint._reason(ValueError("bad key\nmore")) == not_one.format(": ValueError: bad key")
+    assert checkpoint._reason(EOFError()) == not_one.format(": EOFError: ?")
+    assert checkpoint._reason(OSError("x" * 300)) == not_one.format((": OSError: " + "x" * 300)[:120])

@@ -128,6 +128,19 @@ def test_a_zero_sd_resolves_any_nonzero_effect_with_two_seeds():
     assert stats.seeds_needed(0.1, 0.0) == 2.0 and math.isinf(stats.seeds_needed(0.0, 0.1))
 
 
+def test_power_is_two_sided_and_seeds_needed_searches_2_to_max_seeds():
+    """With no effect either tail rejects half the time alpha allows; far out in a tail (where scipy gives NaN) the
+    power is 1. seeds_needed counts from 2 and up to MAX_SEEDS inclusive, at the alpha it is given."""
+    assert stats.power(5, 0.0, 1.0) == pytest.approx(stats.ALPHA, abs=1e-12)
+    assert stats.power(2, 100.0, 0.001) == 1.0 and type(stats.power(10, 0.05, 0.05)) is float
+    assert (stats.power(np.arange(700, 1001), 1.3664483492953259, 1.0) == 1.0).all()  # scipy: NaN at some n
+    assert stats.seeds_needed(30.0, 1.0) == 2.0 and stats.seeds_needed(5.0, 1.0) == 3.0
+    assert stats.seeds_needed(1.0, 1.0) == 10.0 and stats.seeds_needed(0.05, 0.05, alpha=0.01) == 16.0
+    assert stats.MAX_SEEDS == 1000 and stats.power(1000, 0.0887, 1.0) >= stats.POWER
+    assert stats.seeds_needed(0.0887, 1.0) == 1000.0
+    assert stats.power(1001, 0.08867, 1.0) >= stats.POWER and math.isinf(stats.seeds_needed(0.08867, 1.0))
+
+
 def test_a_zero_spread_tost_is_decided_by_the_size_of_the_difference_not_its_sign():
     """Δ exactly ±0.25 on every seed (se 0): equivalent within a margin of 0.5, not within 0.125, either sign."""
     worse, better = stats.compare(seeds(1.25, 2.25), seeds(1.0, 2.0)), stats.compare(seeds(1.0, 2.0), seeds(1.25, 2.25))

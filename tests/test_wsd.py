@@ -96,6 +96,25 @@ def test_bad_budgets_exit_2_before_any_job(tmp_path, cache):
     assert not (tmp_path / "results").exists()
 
 
+def test_a_budget_is_pending_until_it_finished_or_holds_its_own_checkpoint_at_its_cool_down(tmp_path, cache):
+    from mbexp.io import SUMMARY
+    from mbexp.run import checkpoint
+    from mbexp.run.branches import Branch
+
+    cfg = to_object(compose_config(clean(overrides(tmp_path, cache, *WSD, "train.steps=16"))))
+    b = Branch(cfg, tmp_path / "b16", "own")
+    b.directory.mkdir()
+    assert b.start == 13 and b.pending()
+    for chash, step, pending in [("own", 12, True), ("other", 13, True), ("own", 13, False), ("own", 14, False)]:
+        checkpoint.remove(b.directory)
+        checkpoint.save(b.directory, {"config_hash": chash, "step": step})
+        assert b.pending() is pending, (chash, step)
+    checkpoint.remove(b.directory)
+    for chash, status, pending in [("own", "completed", False), ("other", "completed", True), ("own", "running", True)]:
+        (b.directory / SUMMARY).write_text(json.dumps({"status": status, "config_hash": chash}))
+        assert b.pending() is pending, (chash, status)
+
+
 def standalone(tmp, cache, budget, *extra):
     cfg = compose_config(clean(overrides(tmp, cache, *WSD, f"train.steps={budget}", *extra)))
     return train(cfg), run_dir(to_object(cfg))
@@ -122,6 +141,36 @@ def test_the_branches_of_one_wsd_run_equal_standalone_runs_bit_for_bit(tmp_path,
         reference, ref_dir = standalone(tmp_path / "alone", cache, budget, *extra)
         _, branch_dir = standalone(tmp_path / "branched", cache, budget, *extra)  # a rerun: skipped, finished
         assert_same_run(branch_dir, ref_dir, reference)
+
+
+def test_branches_the_trunk_evaluates_at_or_before_their_early_step_equal_standalone_runs(tmp_path, cache):
+    """eval_every=2: the trunk's own evaluation is budget 16's early one (step 2) and comes before budget 24's (step 3,
+    also a log step). Each branch's summary names the trunk step and seconds it took over, and its own W&B run."""
+    every2 = ["train.eval_every=2"]
+    trunk = train(compose_config(clean(overrides(tmp_path / "branched", cache, *WSD, *every2,
+                                                 "train.budgets=[16,24,40]"))))
+    assert trunk["status"] == "completed" and trunk["branched"] is None
+    for budget in (16, 24):
+        reference, ref_dir = standalone(tmp_path / "alone", cache, budget, *every2)
+        summary, branch_dir = standalone(tmp_path / "branched", cache, budget, *every2)
+        assert_same_run(branch_dir, ref_dir, reference)
+        assert summary["early_step"] == budget // 8
+        assert summary["wandb_id"].startswith(f"{summary['config_hash']}-s{summary['seed']}-")
+        assert set(summary["branched"]) == {"step", "wall_time_s"}
+        assert summary["branched"]["step"] == cooldown_start(budget, 0.2)
+        took = summary["branched"]["wall_time_s"]
+        assert isinstance(took, float) and round(took, 3) == took and 0 < took < trunk["wall_time_s"]
+
+
+def test_a_branch_that_cools_down_before_its_early_step_equals_its_standalone_run(tmp_path, cache):
+    """A 93% cool-down: budget 16 leaves the trunk at step 1, before its early evaluation (step 2), which it then
+    makes itself."""
+    steep = ["optim.cooldown_fraction=0.93", "optim.warmup_steps=0"]
+    train(compose_config(clean(overrides(tmp_path / "branched", cache, *WSD, *steep, "train.budgets=[16,40]"))))
+    reference, ref_dir = standalone(tmp_path / "alone", cache, 16, *steep)
+    summary, branch_dir = standalone(tmp_path / "branched", cache, 16, *steep)
+    assert summary["branched"]["step"] == 1 and summary["early_step"] == 2
+    assert_same_run(branch_dir, ref_dir, reference)
 
 
 @pytest.mark.slow
