@@ -80,10 +80,14 @@ def test_readme_claims_and_results_page_are_what_make_report_writes():
 
 def test_a_studys_lr_scan_is_no_ladder_evidence():
     """The scan's runs are fitted like any ladder (its own tables), but they only choose LRs: no trend of theirs
-    reaches the README or docs/results.md."""
+    reaches the README or docs/results.md, and their fit has no robustness panel (a ladder's has)."""
     from mbexp.analysis.ladder.render import ladder_trends
 
     assert (RESULTS / "tables" / "ladder_wsd_cpu_scan_fit.csv").is_file()
+    panel = "Robustness panel: "
+    assert panel in (RESULTS / "tables" / "ladder_wsd_cpu_fit.md").read_text(encoding="utf-8")
+    for scan in ("ladder_wsd_cpu_scan", "width_lr_mup_cpu_scan"):
+        assert panel not in (RESULTS / "tables" / f"{scan}_fit.md").read_text(encoding="utf-8"), scan
     experiments = {t["experiment"] for t in ladder_trends(RESULTS)}
     assert "ladder_cpu" in experiments and not any(e.endswith("_scan") for e in experiments)
     for page in (REPO / "README.md", REPO / "docs" / "results.md"):

@@ -115,6 +115,26 @@ def test_a_budget_is_pending_until_it_finished_or_holds_its_own_checkpoint_at_it
         assert b.pending() is pending, (chash, status)
 
 
+def test_a_budget_whose_early_evaluation_is_missing_or_diverged_gets_no_checkpoint_from_the_trunk(tmp_path, cache):
+    """Where a budget's early evaluation falls at or before its cool-down start (here both at step 2), the trunk saves
+    it a checkpoint only with that evaluation in hand and finite; without it the budget trains alone. The learner is
+    None: a checkpoint would need it."""
+    from types import SimpleNamespace
+
+    from mbexp.run.branches import Branch, Trunk
+
+    cfg = to_object(compose_config(clean(overrides(tmp_path, cache, *WSD, "train.steps=16",
+                                                   "optim.cooldown_fraction=0.875", "optim.warmup_steps=0"))))
+    b = Branch(cfg, tmp_path / "b16", "own")
+    assert b.early == b.start == 2
+    run = SimpleNamespace(records=[{"step": 1, "loss": 5.0}], branch_evals={})  # a trunk resumed past step 2
+    trunk = Trunk([b], evaluate=None)
+    assert trunk.state(b, run, learner=None) is None
+    for loss in (math.nan, math.inf):
+        run.branch_evals = {b.key: [{"step": 2, "val_loss": loss, "val_bpb": loss}]}
+        assert trunk.state(b, run, learner=None) is None, loss
+
+
 def standalone(tmp, cache, budget, *extra):
     cfg = compose_config(clean(overrides(tmp, cache, *WSD, f"train.steps={budget}", *extra)))
     return train(cfg), run_dir(to_object(cfg))

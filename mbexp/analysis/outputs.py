@@ -18,6 +18,7 @@ def write_outputs(results_dir, tables: dict[str, Table], resamples: int = scalin
     """Write every experiment's tables and figures (`resamples`: a ladder fit's bootstrap refits); returns the paths
     per experiment (tables first)."""
     written = {}
+    scans = {study.scan_experiment for study in load_studies(results_dir).values()}
     for exp, table in tables.items():
         texts = {"md": render.to_markdown(table), "csv": render.to_csv(table), "tex": render.to_latex(table)}
         paths = []
@@ -27,16 +28,17 @@ def write_outputs(results_dir, tables: dict[str, Table], resamples: int = scalin
         for name, fig in figures.figures(table).items():
             paths.append(figure_path(results_dir, f"{exp}_{name}"))
             atomic_write(paths[-1], lambda tmp, fig=fig: figures.save(fig, tmp))
-        paths += write_ladder(results_dir, table, resamples)  # a ladder: tables/<exp>_fit.*, figures/<exp>_ladder.png
+        # a ladder: tables/<exp>_fit.*, figures/<exp>_ladder.png; a scan's runs only choose LRs: no panel for its trend
+        paths += write_ladder(results_dir, table, resamples, panel=exp not in scans)
         paths += write_decision(results_dir, table)  # and tables/<exp>_decision.*, figures/<exp>_decision.png
         written[exp] = paths
     return written
 
 
-def write_ladder(results_dir, table: Table, resamples: int = scaling.RESAMPLES) -> list[Path]:
-    """For a ladder: tables/<exp>_fit.md (and .csv) and figures/<exp>_ladder.png; nothing otherwise. Too few points
-    to fit: the .md holds one line saying so, and nothing else is written."""
-    ladder = scaling.analyse(table, resamples)
+def write_ladder(results_dir, table: Table, resamples: int = scaling.RESAMPLES, panel: bool = True) -> list[Path]:
+    """For a ladder: tables/<exp>_fit.md (and .csv) and figures/<exp>_ladder.png (with the robustness panel unless
+    `panel` is False); nothing otherwise. Too few points to fit: the .md holds one line saying so, and nothing else."""
+    ladder = scaling.analyse(table, resamples, panel)
     if ladder is None:
         return []
     paths = [table_path(results_dir, ladder.experiment + FIT)]

@@ -62,7 +62,8 @@ def readme_block(results: list[Result], trends: list[dict] = ()) -> str:
               "parameter · corpus; its n-gram baselines: the table's caption): " + "; ".join(
                   f"{', '.join(names)} {brief}" for brief, names in same.items()) + "."] if same else []
     if ladder := readme_ladder_lines(trends):
-        lines += ["", "| size-ladder fit | read at | trend (robustness panel, exploratory) | qualified by |",
+        lines += ["", "| size-ladder fit: compute multiplier as the model grows | read at | trend (robustness panel, "
+                  "exploratory) | qualified by |",
                   "|:---|:---|:---|:---|", *ladder]
     explored = [r.verdict for r in results if r.standing == EXPLORATORY]
     counts = ", ".join(f"{v} {explored.count(v)}" for v in VERDICTS if v in explored)

@@ -64,9 +64,9 @@ def tested(claim: Claim, history: History | None = None, scan: pd.DataFrame | No
         tags.append(LR_EDGE)
         unmet.append("chosen LR at an end of the grid for " + ", ".join(
             f"{_name(study, v)} ({choices[v].edge})" for v in edges) + ": the optimum may lie beyond; extend the grid")
+    vertices = ", ".join(f"{_name(study, v)} {_vertex(study, choices[v])}" for v in read_rows if v in choices)
     texts.append(f"{study.tuned} chosen per row on the scan's mean validation loss at {study.select_at} steps; Δ: "
-                 f"grid steps from the base width's choice; vertex per row: " + ", ".join(
-                     f"{_name(study, v)} {_vertex(study, choices[v])}" for v in read_rows if v in choices))
+                 f"grid steps from the base width's choice" + (f"; vertex per row: {vertices}" if vertices else ""))
     read = scan[scan["identity"].map(lambda i: isinstance(i, dict) and _row(study, i) in read_rows)
                 & scan["seed"].isin(study.scan_seeds) & (scan["steps"] == study.select_at)]
     if past := past_epochs(claim, read["epochs"].max()):

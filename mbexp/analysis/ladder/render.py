@@ -269,9 +269,8 @@ def readme_ladder_lines(trends: list[dict]) -> list[str]:
     for t in trends:
         if t["steps"] == max(u["steps"] for u in trends if u["experiment"] == t["experiment"]):
             pair = [t["variant"], t["baseline"]]
-            lines.append(f"| {short(pair[0], pair)} over {short(pair[1], pair)}: compute multiplier as the model "
-                         f"grows | {t['experiment']}, train.steps={t['steps']} | **{t['panel']}** | "
-                         f"fit-free: {_deficit(t)} |")
+            lines.append(f"| {short(pair[0], pair)} over {short(pair[1], pair)} | {t['experiment']}, "
+                         f"train.steps={t['steps']} | **{t['panel']}** | fit-free: {_deficit(t)} |")
     return lines
 
 
