@@ -60,9 +60,13 @@ def no_shared_wandb_service():
 
 
 def pytest_collection_modifyitems(config, items):
-    """Under mutmut (scripts/mutation_score.py), a mutant's tests run fastest first, by the durations mutmut
-    recorded: with -x the first failing test ends the run, so a killed mutant costs its quickest killer."""
+    """The long tests (golden, then slow) run first: xdist hands each worker a contiguous share and balances by
+    stealing from the ends of the queues, so a long test left near the end runs alone while the other worker idles.
+    Under mutmut (scripts/mutation_score.py), a mutant's tests run fastest first, by the durations mutmut recorded:
+    with -x the first failing test ends the run, so a killed mutant costs its quickest killer."""
     if "__mutmut_" not in os.environ.get("MUTANT_UNDER_TEST", ""):
+        items.sort(key=lambda item: 0 if item.get_closest_marker("golden") else 1 if item.get_closest_marker("slow")
+                   else 2)
         return
     import json
     from pathlib import Path

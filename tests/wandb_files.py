@@ -53,12 +53,13 @@ def read_run(run_dir: Path) -> dict:
     return run
 
 
-def offline_runs(wandb_dir: Path, wait_s: float = 60.0) -> list[dict]:
+def offline_runs(wandb_dir: Path, wait_s: float = 60.0, killed: int = 0) -> list[dict]:
     """Every offline run under `wandb_dir`, each read once its log holds the exit record: W&B's service process
-    writes the log behind the run, and on a loaded machine a read right after `finish` can meet its unwritten end."""
+    writes the log behind the run, and on a loaded machine a read right after `finish` can meet its unwritten end.
+    `killed`: how many were killed (SIGKILL) and never get one."""
     deadline = time.monotonic() + wait_s
     while True:
         runs = [read_run(d) for d in sorted(Path(wandb_dir).glob("wandb/offline-run-*"))]
-        if all(r["exit_code"] is not None for r in runs) or time.monotonic() > deadline:
+        if sum(r["exit_code"] is None for r in runs) <= killed or time.monotonic() > deadline:
             return runs
         time.sleep(0.5)

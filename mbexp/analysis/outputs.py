@@ -11,14 +11,14 @@ from mbexp.analysis.ladder import render as ladder_render
 from mbexp.analysis.table import Table
 from mbexp.claims.result import Result
 from mbexp.io import atomic_write, write_text
-from mbexp.study.spec import load_studies
+from mbexp.study.spec import load_studies, scan_experiments
 
 
 def write_outputs(results_dir, tables: dict[str, Table], resamples: int = scaling.RESAMPLES) -> dict[str, list[Path]]:
     """Write every experiment's tables and figures (`resamples`: a ladder fit's bootstrap refits); returns the paths
     per experiment (tables first)."""
     written = {}
-    scans = {study.scan_experiment for study in load_studies(results_dir).values()}
+    scans = scan_experiments(results_dir)
     for exp, table in tables.items():
         texts = {"md": render.to_markdown(table), "csv": render.to_csv(table), "tex": render.to_latex(table)}
         paths = []

@@ -36,7 +36,7 @@ from mbexp.claims.vocabulary import (
     WORSE,
 )
 from mbexp.run.identity import summaries_of
-from mbexp.study.spec import load_studies
+from mbexp.study.spec import scan_experiments
 
 CLAIMS_BEGIN, CLAIMS_END = "<!-- claims:begin -->", "<!-- claims:end -->"
 RESULTS_BEGIN, RESULTS_END = "<!-- results:begin -->", "<!-- results:end -->"
@@ -237,8 +237,7 @@ def results_page(results: list[Result], results_dir, trends: list[dict] = (), co
         out += [f"### `{study}`", "", table, "", f"![{study}: loss against LR per row]"
                 f"(../results/figures/{study}{SCAN}.png)", ""]
     experiments = sorted({r.claim.experiment for r in results if r.present}  # those with runs, and the scans
-                         | {s.scan_experiment for s in load_studies(results_dir).values()
-                            if summaries_of(results_dir, s.scan_experiment)})
+                         | {s for s in scan_experiments(results_dir) if summaries_of(results_dir, s)})
     out += ["## Tables and figures", "", "Each experiment's runs and their summed run time (one thread each, from "
             "their summaries; a budget branch without its trunk; two jobs side by side take about half):", ""]
     out += [f"- `{exp}`: {n} runs, {hours:.1f} run-hours: [table](../results/tables/{exp}.md)"

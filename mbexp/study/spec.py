@@ -13,14 +13,12 @@ from mbexp.schedule import BUDGETS_RULE, valid_budgets
 LR = "optim.lr"  # the key a study tunes unless it declares another (`tune: {key: ...}`)
 STUDY_KEYS = ("experiment", "rows", "lr_grid", "tune", "scan_seeds", "seeds", "budgets", "select_at", "overrides",
               "note", "scan_of", "family", "transfer_from")
-# the Holm family its verdicts read: each claim's own comparisons (default; the study-wide p shown beside), or
-# every comparison of the study, all its claims and budgets
+# the Holm family a verdict reads: its claim's comparisons (default) or all of the study's, claims and budgets
 FAMILIES = ("claim", "study")
-SCANNED = ("lr_grid", "tune", "scan_seeds", "budgets", "select_at", "overrides",  # what a study reusing a scan inherits
-           "transfer_from")
+# what a study reusing a scan (scan_of) inherits
+SCANNED = ("lr_grid", "tune", "scan_seeds", "budgets", "select_at", "overrides", "transfer_from")
 SCAN_SUFFIX = "_scan"  # a study's scan runs live in their own experiment: its seeds never join the planned rows
-# what the study command sets on every run itself, the tuned key among them: neither a row key nor an override may
-# set it again
+# set by the study command on every run, the tuned key among them: no row key or override may set them again
 PROTOCOL_KEYS = ("experiment", "name", "optim.schedule", "seed", "train.steps", "train.budgets", "results_dir",
                  "hydra/launcher", "hydra.launcher")
 
@@ -290,11 +288,13 @@ def parse_study(name: str, spec, where: str, studies: dict | None = None) -> Stu
 
 def load_studies(results_dir) -> dict[str, Study]:
     """The studies declared in <results_dir>/claims.yaml ({} without the file)."""
-    path = claims_path(results_dir)
-    if path is None:
+    if (path := claims_path(results_dir)) is None:
         return {}
-    data = read_file(path)
-    where = f"claims file {path}"
-    studies = (data or {}).get("studies", {}) if isinstance(data, dict) else {}
-    resolved = parse_studies(studies, where)
+    data, where = read_file(path), f"claims file {path}"
+    resolved = parse_studies((data or {}).get("studies", {}) if isinstance(data, dict) else {}, where)
     return {name: parse_study(name, spec, where, resolved) for name, spec in resolved.items()}
+
+
+def scan_experiments(results_dir) -> set[str]:
+    """The experiments that hold the declared studies' scan runs: they choose values, no trend of theirs is read."""
+    return {study.scan_experiment for study in load_studies(results_dir).values()}

@@ -15,7 +15,7 @@ from mbexp.analysis.ladder.scaling import LEVEL, SHOWN, Ladder, ranking
 from mbexp.analysis.render import fmt
 from mbexp.claims.result import short
 from mbexp.claims.vocabulary import UNRESOLVED
-from mbexp.study.spec import load_studies
+from mbexp.study.spec import load_studies, scan_experiments
 
 LEGEND = ("α, E, A: the fitted L(C) = E + A·C^-α (bounded α in (0, 2], E in [0, least mean loss); at bound: the "
           "data did not pin it). RMS resid.: root mean square of mean loss − fitted loss over the curve's points, "
@@ -168,7 +168,7 @@ def ladder_trends(results_dir) -> list[dict]:
     """Per ladder (results/tables/<exp>_fit.csv), variant and budget: the compute multiplier vs the baseline at the
     smallest and the largest size and its trend along the ladder, as `make table` computed them. A declared study's
     LR scan is left out: it chooses the LRs, its own study is the evidence."""
-    out, scans = [], {s.scan_experiment for s in load_studies(results_dir).values()}
+    out, scans = [], scan_experiments(results_dir)
     for experiment, path in found(results_dir, FIT, "csv"):
         if experiment in scans:
             continue
