@@ -226,3 +226,19 @@ def test_a_ladder_writes_its_decision_table_and_figure(tmp_path):
     single = tmp_path / "single"
     write_run(single, BASE, seed=0)
     assert outputs.write_decision(single, table.build_tables(single)["quick"]) == []  # no ladder
+
+
+def test_a_ladder_output_the_runs_no_longer_give_is_removed_and_no_other_experiments(tmp_path):
+    """A pass that writes no decision table (the runs no longer make a ladder) leaves none from an earlier pass;
+    another experiment whose name extends this one's keeps its files."""
+    write_run(tmp_path, BASE, seed=0)
+    stale = [tmp_path / "tables" / f"quick{s}" for s in ("_decision.md", "_decision.csv", "_fit.md", "_fit.csv")]
+    stale += [tmp_path / "figures" / f"quick{s}" for s in ("_decision.png", "_ladder.png")]
+    other = [tmp_path / "tables" / "quick_scan_decision.md", tmp_path / "figures" / "quick_scan_ladder.png"]
+    for path in stale + other:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text("from an earlier pass")
+    written = outputs.write_outputs(tmp_path, table.build_tables(tmp_path))
+    assert not any(p.exists() for p in stale)
+    assert all(p.read_text() == "from an earlier pass" for p in other)
+    assert all(p.is_file() for p in written["quick"])

@@ -31,8 +31,19 @@ def write_outputs(results_dir, tables: dict[str, Table], resamples: int = scalin
         # a ladder: tables/<exp>_fit.*, figures/<exp>_ladder.png; a scan's runs only choose LRs: no panel for its trend
         paths += write_ladder(results_dir, table, resamples, panel=exp not in scans)
         paths += write_decision(results_dir, table)  # and tables/<exp>_decision.*, figures/<exp>_decision.png
+        _remove_stale(results_dir, exp, paths)
         written[exp] = paths
     return written
+
+
+def _remove_stale(results_dir, experiment: str, written: list[Path]) -> None:
+    """Delete the experiment's ladder fit and decision outputs this pass did not write (a rung lost, a scan not yet
+    whole): an earlier pass's numbers must not stand beside runs that no longer give them."""
+    names = [table_path(results_dir, experiment + suffix, ext) for suffix in (FIT, DECISION) for ext in ("md", "csv")]
+    names += [figure_path(results_dir, experiment + DECISION), figure_path(results_dir, f"{experiment}_ladder")]
+    for path in names:
+        if path not in written and path.is_file():
+            path.unlink()
 
 
 def write_ladder(results_dir, table: Table, resamples: int = scaling.RESAMPLES, panel: bool = True) -> list[Path]:
