@@ -3,11 +3,13 @@ non-golden tests, and a report read from mutmut's own store (mutants/), so a par
 The store's results are kept in results/mutation/ledger.json (committed): a fresh clone resumes from there.
 
     python scripts/mutation_score.py run [--modules mbexp/schedule.py ...]   # generate, run what is not yet run
+    python scripts/mutation_score.py run --again | --timeouts [--modules ...]  # rerun the survivors | timeouts
     python scripts/mutation_score.py count                                   # generate only: mutants per module
     python scripts/mutation_score.py report [--modules ...]                  # results/mutation/report.{md,json}
 """
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -25,6 +27,7 @@ EXPLAINED = OUT / "equivalent.md"  # reviewed survivors: `## <mutant>`, then `- 
 KINDS = ("equivalent", "harmless")  # no observable difference; a difference no user reads (a message's wording)
 CAUGHT = ("killed", "timeout", "caught by type check")
 UNCAUGHT = ("survived", "no tests")
+TOKEN_CODE = ("data.py", "corpus.py", "corpus_check.py", "token_cache.py", "io.py")  # what writes a token cache
 
 
 def module_of(path: str) -> str:
@@ -49,12 +52,11 @@ def generate(jobs: int) -> None:
     create_mutants(jobs)
 
 
-def run(modules: list[str] | None, jobs: int, tests: list[str] | None, again: bool) -> None:
+def run(modules: list[str] | None, jobs: int, tests: list[str] | None, again: tuple[str, ...] = ()) -> None:
     """mutmut run over the mutants of `modules` not yet run, the others keeping their results (a resume); `again`:
-    the survivors instead (after a test was added for them)."""
+    instead those of these statuses (the survivors after a test was added for them; the timeouts)."""
     import mutmut.__main__ as mm
     from mutmut.configuration import config
-    from mutmut.stats import status_by_exit_code
 
     if tests:  # a narrower test selection than pyproject's; mutmut resets its results when this changes
         config().pytest_add_cli_args_test_selection = tests
@@ -72,14 +74,39 @@ def run(modules: list[str] | None, jobs: int, tests: list[str] | None, again: bo
         return [t for t in mutants if str(t[0].path) in keep], keep
 
     mm.collect_source_file_mutation_data = only_selected
-    names = [name for path, meta in load_store().items() if again and selected(modules, path)
-             for name, code in meta["exit_code_by_key"].items() if status_by_exit_code[code] in UNCAUGHT]
+    every_tests = mm.tests_for_mutant_names
+
+    def tests_of_selected(mutant_names):  # the clean run before the mutants: only the tests that reach them
+        if mutant_names or not modules:
+            return every_tests(mutant_names)
+        return every_tests([f"{module_of(p)}.*" for p, meta in load_store().items()
+                            if meta["exit_code_by_key"] and selected(modules, p)])
+
+    mm.tests_for_mutant_names = tests_of_selected
+    explained = load_explanations(EXPLAINED.read_text()) if EXPLAINED.exists() else {}
+    names = [n for n in rerun_names(load_store(), modules, again) if n not in explained]  # reviewed: not rerun
     if again and not names:
         return
+    os.environ["MBEXP_TEST_TOKEN_CACHE"] = str(ROOT / shared_token_cache())
     try:  # Ctrl-C stops mutmut between mutants; what it ran is saved all the same
         mm._run(names, jobs)
     finally:
         save_ledger(selection)
+
+
+def shared_token_cache() -> Path:
+    """The token cache the tests of every mutant share (tests/conftest.py `cache`), one per version of the code that
+    builds it, so a cache is not read by code that would have built it differently."""
+    code = b"".join((ROOT / "mbexp" / f).read_bytes() for f in TOKEN_CODE)
+    return STORE / f"token_cache-{hashlib.sha256(code).hexdigest()[:12]}"
+
+
+def rerun_names(store: dict[str, dict], modules: list[str] | None, statuses: tuple[str, ...]) -> list[str]:
+    """The stored mutants of `modules` whose result has one of `statuses` (mutmut's names for exit codes)."""
+    from mutmut.stats import status_by_exit_code
+
+    return [name for path, meta in store.items() if statuses and selected(modules, path)
+            for name, code in meta["exit_code_by_key"].items() if status_by_exit_code[code] in statuses]
 
 
 def save_ledger(selection: str) -> None:
@@ -236,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=("run", "count", "report"))
     parser.add_argument("--modules", nargs="*", help="paths or globs under mbexp/ (default: all of [tool.mutmut])")
     parser.add_argument("--again", action="store_true", help="run: rerun the survivors, not the mutants not yet run")
+    parser.add_argument("--timeouts", action="store_true", help="run: rerun the timed-out mutants (their limit is "
+                        "wall time, so a loaded machine can time out a mutant its tests would have caught or missed)")
     parser.add_argument("--jobs", type=int, default=1, help="mutants run at once (default 1)")
     parser.add_argument("--tests", type=shlex.split, help="pytest arguments replacing pyproject's test selection, "
                         "one string (mutmut resets its results when it changes)")
@@ -249,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{sum(counts.values()):6} mutants in {len(counts)} modules")
         return 0
     if args.command == "run":
-        run(args.modules, args.jobs, args.tests, args.again)
+        again = (UNCAUGHT if args.again else ()) + (("timeout",) if args.timeouts else ())
+        run(args.modules, args.jobs, args.tests, again)
     rep = report(args.modules)
     OUT.mkdir(parents=True, exist_ok=True)
     if SELECTION.exists():

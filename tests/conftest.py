@@ -1,6 +1,7 @@
 """Shared fixtures. Each fixture is self-contained; keep names specific to what they build."""
 
 import os
+from pathlib import Path
 
 # Every test process, and each run it starts, computes on one thread: tiny tensors gain nothing from a second, and
 # the two test workers of `make test` (pytest -n 2) would otherwise oversubscribe two cores. Set before torch loads.
@@ -36,10 +37,25 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+# the modules whose code writes a token cache (scripts/mutation_score.py TOKEN_CODE): their mutants build their own
+TOKEN_BUILDERS = ("mbexp.data.", "mbexp.corpus.", "mbexp.corpus_check.", "mbexp.token_cache.", "mbexp.io.")
+
+
+def shared_token_cache(environ) -> Path | None:
+    """MBEXP_TEST_TOKEN_CACHE (set by scripts/mutation_score.py, which runs one pytest session per mutant): a token
+    cache shared across sessions, unless the mutant under test is in the code that builds it."""
+    shared = environ.get("MBEXP_TEST_TOKEN_CACHE")
+    return Path(shared) if shared and not environ.get("MUTANT_UNDER_TEST", "").startswith(TOKEN_BUILDERS) else None
+
+
 @pytest.fixture(scope="session")
 def cache(tmp_path_factory, worker_id):
     """One token cache for every test that trains with tests/tiny.py's settings, shared by the session's test
     workers: the first to need a corpus builds it under the cache's lock, the others wait and read it."""
+    shared = shared_token_cache(os.environ)
+    if shared:
+        shared.mkdir(parents=True, exist_ok=True)
+        return shared
     base = tmp_path_factory.getbasetemp()
     path = (base.parent if worker_id != "master" else base) / "token_cache"  # xdist: the workers' common folder
     path.mkdir(exist_ok=True)
@@ -69,7 +85,6 @@ def pytest_collection_modifyitems(config, items):
                    else 2)
         return
     import json
-    from pathlib import Path
 
     stats = Path("mutmut-stats.json")  # mutmut runs the tests from its store, mutants/
     durations = json.loads(stats.read_text()).get("duration_by_test", {}) if stats.exists() else {}

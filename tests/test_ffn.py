@@ -158,7 +158,7 @@ def test_multiple_of_is_the_smallest_multiple_above(rule, multiple_of):
 def test_bad_rule_lists_rules():
     with pytest.raises(ValueError, match="2d") as err:
         ffn_hidden_dim(64, ffn="relu", rule="2d")
-    assert all(rule in str(err.value) for rule in ("matched", "4d", "8_3d"))
+    assert str(err.value) == "unknown hidden rule '2d'; valid: matched, 4d, 8_3d"
 
 
 def test_bad_name_lists_variants():
@@ -166,9 +166,20 @@ def test_bad_name_lists_variants():
         with pytest.raises(ValueError, match="mish") as err:
             call()
         assert all(name in str(err.value) for name in ALL)
+        assert str(err.value) == f"unknown ffn 'mish'; valid: {', '.join(FFNS)}"  # one list, read as one
 
 
 @pytest.mark.parametrize("multiple_of", [0, -8])
 def test_bad_multiple_of(multiple_of):
     with pytest.raises(ValueError, match=r"multiple_of.*>= 1"):
         ffn_hidden_dim(64, ffn="relu", multiple_of=multiple_of)
+
+
+@pytest.mark.parametrize(("name", "gelu"), [("relu", "tanh"), ("swiglu", "tanh"), ("gelu", "sigmoid"),
+                                            ("geglu", "none")])
+def test_a_gelu_setting_an_ffn_cannot_use_is_refused_when_the_ffn_is_built(name, gelu):
+    """tanh only for the FFNs with a GELU (never silently ignored), and only exact or tanh there."""
+    with pytest.raises(ValueError) as err:
+        FFN(name, 8, 16, gelu=gelu)
+    assert str(err.value) == f"ffn.gelu={gelu} is not valid for ffn={name}; valid: exact, or tanh for ffn=gelu or geglu"
+    assert FFN(name, 8, 16, gelu="exact").name == name

@@ -60,3 +60,26 @@ def test_a_store_without_a_module_gets_the_ledgers_meta_and_keeps_others(tmp_pat
     modules = json.loads(ms.LEDGER.read_text())["modules"]
     assert modules["mbexp/schedule.py"] == saved
     assert modules["mbexp/data.py"]["exit_code_by_key"] == {"mbexp.data.x_g__mutmut_1": 0}
+
+
+def test_again_reruns_the_survivors_and_timeouts_reruns_the_timed_out_of_the_selected_modules():
+    codes = {"mbexp.schedule.x_f__mutmut_1": 0, "mbexp.schedule.x_f__mutmut_2": 1, "mbexp.schedule.x_f__mutmut_3": -24,
+             "mbexp.schedule.x_f__mutmut_4": 33, "mbexp.schedule.x_f__mutmut_5": None}
+    store = {"mbexp/schedule.py": {"exit_code_by_key": codes},
+             "mbexp/data.py": {"exit_code_by_key": {"mbexp.data.x_g__mutmut_1": 0, "mbexp.data.x_g__mutmut_2": -24}}}
+    assert ms.rerun_names(store, ["mbexp/schedule.py"], ms.UNCAUGHT) == [
+        "mbexp.schedule.x_f__mutmut_1", "mbexp.schedule.x_f__mutmut_4"]  # survived, no tests
+    assert ms.rerun_names(store, None, ("timeout",)) == ["mbexp.schedule.x_f__mutmut_3", "mbexp.data.x_g__mutmut_2"]
+    assert ms.rerun_names(store, None, ()) == []  # a plain run: the mutants not yet run, chosen by mutmut
+
+
+def test_every_mutants_tests_share_one_token_cache_except_a_mutant_of_the_code_that_builds_it(tmp_path):
+    from conftest import TOKEN_BUILDERS, shared_token_cache
+
+    env = {"MBEXP_TEST_TOKEN_CACHE": str(tmp_path / "c")}
+    assert shared_token_cache(env | {"MUTANT_UNDER_TEST": "mbexp.trainer.x_train__mutmut_3"}) == tmp_path / "c"
+    assert shared_token_cache(env | {"MUTANT_UNDER_TEST": "mbexp.data.x_prepare__mutmut_3"}) is None
+    assert shared_token_cache(env | {"MUTANT_UNDER_TEST": "mbexp.corpus.x_split_of__mutmut_1"}) is None
+    assert shared_token_cache({"MUTANT_UNDER_TEST": "mbexp.trainer.x_train__mutmut_3"}) is None  # a plain session
+    assert {f"mbexp.{f.removesuffix('.py')}." for f in ms.TOKEN_CODE} == set(TOKEN_BUILDERS)
+    assert ms.shared_token_cache().parent == ms.STORE and ms.shared_token_cache().name.startswith("token_cache-")
