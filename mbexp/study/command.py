@@ -57,8 +57,8 @@ def _with_study() -> Callable[[], None] | None:
 
     def set_up() -> None:
         prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        if os.getppid() != study:  # the study died before the line above: no signal will come
-            os.kill(os.getpid(), signal.SIGTERM)
+        if os.getppid() != study:  # the study died before the line above: no signal will come, so no sweep
+            os._exit(INTERRUPTED)  # (a SIGTERM to itself would reach _run's handler, inherited by this fork)
 
     return set_up
 
