@@ -83,7 +83,7 @@ def run(modules: list[str] | None, jobs: int, tests: list[str] | None, again: tu
                             if meta["exit_code_by_key"] and selected(modules, p)])
 
     mm.tests_for_mutant_names = tests_of_selected
-    explained = load_explanations(EXPLAINED.read_text()) if EXPLAINED.exists() else {}
+    explained = explanations()
     names = [n for n in rerun_names(load_store(), modules, again) if n not in explained]  # reviewed: not rerun
     if again and not names:
         return
@@ -163,6 +163,11 @@ def load_store() -> dict[str, dict]:
     return store
 
 
+def explanations() -> dict[str, dict]:
+    """The reviewed survivors of EXPLAINED, none when it does not exist."""
+    return load_explanations(EXPLAINED.read_text()) if EXPLAINED.exists() else {}
+
+
 def load_explanations(text: str) -> dict[str, dict]:
     """mutant -> {kind, line, why} from the reviewed explanations file."""
     out = {}
@@ -193,7 +198,7 @@ def report(modules: list[str] | None) -> dict:
     from mutmut.stats import status_by_exit_code
 
     store = load_store()
-    explained = load_explanations(EXPLAINED.read_text()) if EXPLAINED.exists() else {}
+    explained = explanations()
     rows, survivors, pending_elsewhere = [], [], 0
     for path, meta in store.items():
         codes = meta["exit_code_by_key"]

@@ -3,6 +3,7 @@ exit code, the signal the sweep gets when the study dies, and the --jobs value i
 outright, and Ctrl-C, are tests/test_study.py's slow tests.)"""
 
 import argparse
+import os
 import shlex
 import signal
 import sys
@@ -46,8 +47,6 @@ def test_jobs_refuses_the_rest_and_says_what_it_needs(text):
 def test_a_sweep_whose_study_died_before_it_started_never_runs(tmp_path):
     """The sweep's set-up finds its parent is no longer the study (here: a child of the study's fork) and ends,
     though the study's own SIGTERM handler, which _run installs, is still in place in the fork."""
-    import os
-
     set_up, ran = command._with_study(), tmp_path / "ran"
     pid = os.fork()
     if pid == 0:  # stands in for the study's process after it died: the sweep's parent is not the study
