@@ -142,3 +142,73 @@ def test_gpu_preset_offline_stops_with_one_line_naming_bigtxt(tmp_path):
     assert len(hub) == 1 and "unreachable" in hub[0] and "data=bigtxt" in hub[0], proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "results" / "runs").exists()
+
+
+
+class Probe:
+    """A stand-in for the hub probe: counts its calls and gives `answer`."""
+
+    def __init__(self) -> None:
+        self.calls, self.answer = 0, False
+
+    def __call__(self) -> bool:
+        self.calls += 1
+        return self.answer
+
+
+@pytest.fixture
+def hub_probe(monkeypatch, hf_tmp_cache) -> Probe:
+    """The hub probe replaced by a Probe, no offline variable set, and datasets itself offline (so a load of a
+    missing dataset fails at once): what load_hub decides before it loads is what these tests read."""
+    import datasets
+    import huggingface_hub.constants
+
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setitem(corpus.HUB, "tinystories", ("nobody/missing-corpus", None))
+    probe = Probe()
+    monkeypatch.setattr(corpus, "hub_reachable", probe)
+    return probe
+
+
+@pytest.mark.parametrize("variable", ["HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"])
+def test_an_offline_variable_skips_the_probe_and_the_error_names_bigtxt(hub_probe, monkeypatch, variable):
+    monkeypatch.setenv(variable, "1")
+    with pytest.raises(corpus.CorpusError) as error:
+        load_hub("tinystories")
+    assert hub_probe.calls == 0
+    assert str(error.value) == (
+        "data=tinystories: the Hugging Face hub is unreachable and nobody/missing-corpus is not cached; offline, "
+        "use data=bigtxt (embedded) or data=text data.path=<your files>")
+
+
+def test_an_unreachable_hub_turns_the_run_offline_before_datasets_loads(hub_probe, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "0")  # set, but not to 1: not offline
+    with pytest.raises(corpus.CorpusError, match="hub is unreachable and nobody/missing-corpus is not cached"):
+        load_hub("tinystories")
+    assert hub_probe.calls == 1 and os.environ["HF_HUB_OFFLINE"] == "1"
+
+
+def test_a_reachable_hubs_failed_load_says_it_failed_not_that_it_is_offline(hub_probe):
+    hub_probe.answer = True
+    with pytest.raises(corpus.CorpusError, match=r"^data=tinystories: loading nobody/missing-corpus failed: "):
+        load_hub("tinystories")
+    assert hub_probe.calls == 1 and "HF_HUB_OFFLINE" not in os.environ
+
+
+def test_a_local_copy_is_loaded_without_probing_the_hub(tinystories, hub_probe, tmp_path, monkeypatch):
+    monkeypatch.setitem(corpus.HUB, "tinystories", (str(tmp_path / "TinyStories"), None))
+    assert len(list(load_hub("tinystories"))) == 659
+    assert hub_probe.calls == 0 and "HF_HUB_OFFLINE" not in os.environ
+
+
+def test_the_probe_asks_hf_endpoint_else_huggingface_co_and_gives_up_after_5_s(monkeypatch):
+    asked = []
+    monkeypatch.setattr(corpus, "reachable", lambda url, timeout: asked.append((url, timeout)) or False)
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    assert corpus.hub_reachable() is False
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    corpus.hub_reachable()
+    assert asked == [("https://huggingface.co", 5.0), ("http://127.0.0.1:9", 5.0)]

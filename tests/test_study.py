@@ -2,6 +2,7 @@
 LR and edge flag, the own-LR condition, and the compute against the naive grid."""
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -249,6 +250,48 @@ def test_a_sweep_run_for_a_study_names_the_study_command_on_ctrl_c(monkeypatch, 
 
 SUMMARY = {"steps": 16, "seed": 0, "status": "completed", "final_val_loss": 5.0}
 
+
+
+def write_run(results, experiment: str, folder: str, seed: int, **fields) -> None:
+    run = results / "runs" / experiment / folder / f"seed={seed}"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps({"seed": seed, "status": "completed"} | fields))
+
+
+def test_a_studys_cost_counts_each_runs_own_steps_and_only_its_own_runs(tmp_path):
+    """Budgets 8, 12, 16 with a cool-down of 0.25: one (row, LR or seed) costs 16 + 2 + 3 = 21 steps by design.
+    Spent: each counted run's steps less its trunk's; runs of another seed, budget or experiment, not yet
+    started or with a number that is not one are not counted; a smaller budget trained from scratch is named."""
+    rep = "  rep:\n    experiment: smoke_rep\n    scan_of: tiny\n    rows: {{ffn: [swiglu]}}\n    seeds: [3, 4]\n"
+    (tmp_path / "claims.yaml").write_text((STUDY + rep).replace("budgets: [8, 16]", "budgets: [8, 12, 16]")
+                                          .format(cache="c"))
+    run = functools.partial(write_run, tmp_path)
+    run("smoke_scan", "a", 0, steps=16, step=16, tokens_seen=1600, wall_time_s=16.0)
+    run("smoke_scan", "b", 0, steps=8, step=8, tokens_seen=800, wall_time_s=10.0,  # a branch: 2 steps, 4 s its own
+        branched={"step": 6, "wall_time_s": 6.0})
+    run("smoke", "c", 1, steps=16, step=16, tokens_seen=1600, wall_time_s=20.0)
+    run("smoke", "d", 2, steps=8, step=8, tokens_seen=800, wall_time_s=9.0)  # from scratch: 8 - 2 steps over
+    run("smoke", "e", 1, steps=12, step=12, tokens_seen=1200, wall_time_s=12.0)  # from scratch: 12 - 3 over
+    run("smoke", "f", 5, steps=16, step=16, tokens_seen=1600, wall_time_s=1.0)  # not a planned seed
+    run("smoke", "g", 1, steps=32, step=32, tokens_seen=3200, wall_time_s=1.0)  # not a budget
+    run("smoke", "h", 2, steps=16, step=0, tokens_seen=0, wall_time_s=0.0)  # not started
+    run("smoke", "i", 1, steps=16, step=16, tokens_seen=1600, wall_time_s="n/a")  # not a number
+    run("smoke_scan", "j", 1, steps=16, step=16, tokens_seen=1600, wall_time_s=1.0)  # not a scan seed
+    run("smoke_rep", "k", 3, steps=16, step=16, tokens_seen=1600, wall_time_s=5.0)
+    found = load_studies(tmp_path)
+    assert studies.per_run_steps(found["tiny"]) == 21
+    assert studies.cost(found["tiny"], tmp_path) == {
+        "study": "tiny", "steps": 16 + 2 + 16 + 8 + 12, "tokens": 1600 + 200 + 1600 + 800 + 1200,
+        "run_seconds": 16 + 4 + 20 + 9 + 12, "naive_steps": 2 * 2 * 3 * 36, "design_steps": 21 * (2 * 2 + 2 * 2),
+        "design_ratio": 168 / 432, "done": 54 / 168, "unbranched": 2, "unbranched_steps": 6 + 9}
+    reused = studies.cost(found["rep"], tmp_path)  # its scan is tiny's, counted there: its own seeds only
+    assert (reused["steps"], reused["tokens"], reused["run_seconds"], reused["unbranched"]) == (16, 1600, 5, 0)
+    assert studies.cost_lines(tmp_path) == [
+        "- `tiny`: 54 steps spent (5,400 tokens, 61 run-seconds; 32% of its design; 2 run(s) of a smaller budget "
+        "trained from scratch, not branched: 15 steps beyond a branch); by design 168 steps against 432 for the "
+        "naive grid, ratio **0.39**",
+        "- `rep`: 16 steps spent (1,600 tokens, 5 run-seconds; 38% of its design, its LRs from the scan of `tiny` "
+        "(counted there)); by design 42 steps against 144 for the naive grid, ratio **0.29**"]
 
 def test_a_row_key_left_out_of_an_identity_at_its_default_is_found(tmp_path):
     # runs at a later-added key's old value leave it out of their identity (mbexp.run.migrate.ADDED_LATER)

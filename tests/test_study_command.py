@@ -3,6 +3,7 @@ exit code, the signal the sweep gets when the study dies, and the --jobs value i
 outright, and Ctrl-C, are tests/test_study.py's slow tests.)"""
 
 import argparse
+import io
 import os
 import shlex
 import signal
@@ -67,3 +68,23 @@ def test_a_sweep_whose_study_died_before_it_started_never_runs(tmp_path):
     _, status = os.waitpid(pid, 0)
     assert not ran.exists()
     assert os.waitstatus_to_exitcode(status) == command.INTERRUPTED
+
+
+def test_the_announce_line_is_out_before_the_sweep_writes(capfd, monkeypatch):
+    """Under nohup or a pipe, stdout is block-buffered: the `$ python ...` line must still precede the sweep's own
+    output, which reaches the same file directly."""
+    buffered = io.TextIOWrapper(io.BufferedWriter(io.FileIO(os.dup(1), "w"), buffer_size=1 << 16))
+    monkeypatch.setattr(sys, "stdout", buffered)
+    sweep = "print('the sweep')"
+    command._run([sys.executable, "-c", sweep], "x")
+    buffered.flush()
+    assert capfd.readouterr().out.splitlines() == [f"$ {shlex.join(['python', '-c', sweep])}", "the sweep"]
+
+
+def test_a_sigterm_before_the_sweep_exists_reaches_it_once_it_starts(monkeypatch):
+    """The signal lands while the sweep is being set up (here: from the hook that builds its preexec_fn), so the
+    study passes it on once the sweep's group exists: the sweep stops at once, and the study reports it."""
+    monkeypatch.setattr(command, "_with_study", lambda: os.kill(os.getpid(), signal.SIGTERM))
+    with pytest.raises(KeyboardInterrupt):  # a sweep killed by the signal, not stopped at a checkpoint (130)
+        command._run([sys.executable, "-c", "import time; time.sleep(60)"], "x")
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL

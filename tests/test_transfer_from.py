@@ -9,6 +9,7 @@ import yaml
 from test_study import STUDY, write_scan
 from tiny import REPO, summaries
 
+from mbexp import RESULTS_DIR
 from mbexp.analysis import lr_scan, studies
 from mbexp.analysis.table import build_tables
 from mbexp.claims import ClaimsError
@@ -33,6 +34,9 @@ def test_only_the_base_rows_are_scanned_and_every_row_takes_its_base_choice(tmp_
     lrs = {next(a for a in c if a.startswith("ffn=")): next(a for a in c if a.startswith("optim.lr="))
            for c in confirm}
     assert lrs == {"ffn=relu": "optim.lr=0.001", "ffn=swiglu": "optim.lr=0.001"}
+    for command in confirm:  # by default: one job at a time, into results/, under the study's experiment
+        assert f"name={study.experiment}" in command and f"results_dir={RESULTS_DIR}" in command
+        assert not any("launcher" in arg for arg in command)
     assert list(lr_scan.scan_frame(study, tmp_path)["ffn"]) == ["relu", "relu"]  # the scan's table: base rows
 
 

@@ -53,7 +53,7 @@ def _with_study() -> Callable[[], None] | None:
     checkpoint instead of training on unseen (Linux's PR_SET_PDEATHSIG; None elsewhere)."""
     if not sys.platform.startswith("linux"):
         return None
-    prctl, study = ctypes.CDLL(None, use_errno=True).prctl, os.getpid()  # looked up before the fork
+    prctl, study = ctypes.CDLL(None).prctl, os.getpid()  # looked up before the fork
 
     def set_up() -> None:
         prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
