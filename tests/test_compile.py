@@ -1,9 +1,11 @@
 """compile=auto|true|false: the config, and a sweep that compiles each shape once (the auto rule: test_speed.py)."""
 
 import pytest
+import torch
 from tiny import mbexp_train, overrides, summaries
 
 from mbexp.config import ConfigError, compose_config, to_object
+from mbexp.trainer import compile_model
 
 
 def test_compile_config_takes_auto_true_false_and_names_them_otherwise():
@@ -32,3 +34,12 @@ def test_a_sweep_compiles_a_shape_once(tmp_path, cache):
     assert plain["compiled"] is False and plain["compile_s"] is None
     assert plain["variant"] == first["variant"]  # compile does not decide the run's identity
     assert plain["final_val_loss"] == pytest.approx(first["final_val_loss"], abs=2e-3)
+
+
+def test_compile_model_wraps_the_model_itself_for_fixed_shapes():
+    """Lazily: nothing compiles until the first step; dynamic=False: each batch shape gets a static graph, not
+    one with symbolic shapes."""
+    model = torch.nn.Linear(4, 4)
+    compiled = compile_model(model)
+    assert isinstance(compiled, torch.nn.Module) and compiled._orig_mod is model
+    assert compiled.dynamo_ctx._dynamic is False

@@ -261,3 +261,15 @@ def test_a_true_false_key_takes_what_hydra_reads_as_true_or_false(override):
     from mbexp.preflight import check_overrides
 
     check_overrides([override])  # no ConfigError: quoted, an interpolation, a deletion are Hydra's to read
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("train.budgets=[[10],[20,[30]]]",
+     "train.budgets=[[10], [20, [30]]] must be a flat list of whole numbers, e.g. train.budgets=[10,20,30]"),
+    ("optim.betas=[[0.9],0.95]",
+     "optim.betas=[[0.9], 0.95] must be a flat list of numbers, e.g. optim.betas=[0.9,0.95]"),
+])
+def test_a_nested_list_is_refused_with_its_flattened_spelling(override, message):
+    with pytest.raises(ConfigError) as err:
+        to_object(compose_config(["optim.schedule=wsd", override]))
+    assert str(err.value) == message
