@@ -304,6 +304,9 @@ def test_needs_warmup_requires_the_sensitivity_beyond_its_margin_two_sided(tmp_p
     assert pre.outcome == "open"  # a resolved but small sensitivity does not say "needs warm-up"
     post = result(tmp_path, statistic="sensitivity", hypothesis="worse", rows=[POST], baseline=None)
     assert post.comparisons[0].outcome == "supports" and post.verdict == "agrees"
+    _warmup_runs(tmp_path / "added", [0.40, 0.35, 0.45, 2.0], [0.03, 0.02, 0.04, 0.0])  # seed 3: beyond the plan
+    added = result(tmp_path / "added", statistic="sensitivity", hypothesis="worse", rows=[PRE], baseline=None)
+    assert added.comparisons[0].n == 3 and added.comparisons[0].interval.delta == pytest.approx(0.03)
 
 
 def test_beyond_margin_is_below_alpha_exactly_when_the_95_interval_clears_the_margin():

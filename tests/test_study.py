@@ -22,7 +22,7 @@ from mbexp.analysis.table import Table, build_tables
 from mbexp.claims import ClaimsError
 from mbexp.claims.parse import load_claims
 from mbexp.study import command as study_cli
-from mbexp.study.protocol import StudyError, choose, row_of, scan_losses
+from mbexp.study.protocol import StudyError, choose, load_study, row_of, scan_losses
 from mbexp.study.spec import load_studies, parse_studies, parse_study
 
 STUDY = """\
@@ -278,6 +278,7 @@ def test_a_studys_cost_counts_each_runs_own_steps_and_only_its_own_runs(tmp_path
     run("smoke", "i", 1, steps=16, step=16, tokens_seen=1600, wall_time_s="n/a")  # not a number
     run("smoke_scan", "j", 1, steps=16, step=16, tokens_seen=1600, wall_time_s=1.0)  # not a scan seed
     run("smoke_rep", "k", 3, steps=16, step=16, tokens_seen=1600, wall_time_s=5.0)
+    run("smoke_rep", "l", 4, steps=16, step=16, tokens_seen=None, wall_time_s=3.0)  # no token count: none counted
     found = load_studies(tmp_path)
     assert studies.per_run_steps(found["tiny"]) == 21
     assert studies.cost(found["tiny"], tmp_path) == {
@@ -285,12 +286,15 @@ def test_a_studys_cost_counts_each_runs_own_steps_and_only_its_own_runs(tmp_path
         "run_seconds": 16 + 4 + 20 + 9 + 12, "naive_steps": 2 * 2 * 3 * 36, "design_steps": 21 * (2 * 2 + 2 * 2),
         "design_ratio": 168 / 432, "done": 54 / 168, "unbranched": 2, "unbranched_steps": 6 + 9}
     reused = studies.cost(found["rep"], tmp_path)  # its scan is tiny's, counted there: its own seeds only
-    assert (reused["steps"], reused["tokens"], reused["run_seconds"], reused["unbranched"]) == (16, 1600, 5, 0)
+    assert (reused["steps"], reused["tokens"], reused["run_seconds"], reused["unbranched"]) == (32, 1600, 8, 0)
+    # an experiment's runs and run-hours (docs/results.md): every budget and seed, each run's own seconds
+    assert studies.run_hours(tmp_path, "smoke") == (5, (20 + 9 + 12 + 1 + 1) / 3600)
+    assert studies.run_hours(tmp_path, "smoke_scan") == (3, (16 + 4 + 1) / 3600)
     assert studies.cost_lines(tmp_path) == [
         "- `tiny`: 54 steps spent (5,400 tokens, 61 run-seconds; 32% of its design; 2 run(s) of a smaller budget "
         "trained from scratch, not branched: 15 steps beyond a branch); by design 168 steps against 432 for the "
         "naive grid, ratio **0.39**",
-        "- `rep`: 16 steps spent (1,600 tokens, 5 run-seconds; 38% of its design, its LRs from the scan of `tiny` "
+        "- `rep`: 32 steps spent (1,600 tokens, 8 run-seconds; 76% of its design, its LRs from the scan of `tiny` "
         "(counted there)); by design 42 steps against 144 for the naive grid, ratio **0.29**"]
 
 def test_a_row_key_left_out_of_an_identity_at_its_default_is_found(tmp_path):
@@ -470,6 +474,44 @@ def test_a_dry_run_checks_the_scan_as_mbexp_train_would_and_runs_nothing(tmp_pat
         "relu2, swiglu, swish"]
 
 
+
+def test_a_dry_runs_plan_line_counts_the_study_and_names_a_reused_scan_and_a_transfer(tmp_path, monkeypatch, capsys):
+    """Read from sys.argv with --results left at results/: a study reusing a scan that transfers from its relu
+    row; --jobs reaches the scan's launcher. Then a study tuning the warm-up, at the default of one job."""
+    rep = "  rep:\n    experiment: smoke_rep\n    scan_of: tiny\n    rows: {{ffn: [relu, swiglu]}}\n    seeds: [3, 4]\n"
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "claims.yaml").write_text(
+        (STUDY + rep).replace("    scan_seeds: [0]\n", "    scan_seeds: [0]\n    transfer_from: {{ffn: relu}}\n", 1)
+        .format(cache=tmp_path))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["mbexp.study", "rep", "--dry-run", "--jobs", "2"])
+    study_cli.main()
+    plan, scan, then = capsys.readouterr().out.splitlines()
+    assert plan == ("study rep: 2 rows x 2 LRs x 1 scan seed(s) (the scan of tiny), scanned at ffn=relu only, then 2 "
+                    "planned seeds; budgets [8, 16]")
+    assert scan.startswith("python -m mbexp.train -m +experiment=smoke name=smoke_scan ffn=relu ")  # tiny's scan
+    assert " results_dir=results " in scan and scan.endswith(" hydra/launcher=joblib hydra.launcher.n_jobs=2")
+    assert then == "then, per row, its planned seeds at the LR the scan chose"
+    (tmp_path / "results" / "claims.yaml").write_text(WARMUP.format(cache=tmp_path))
+    study_cli.main(["warm", "--dry-run", "--results", str(tmp_path / "results")])
+    plan, scan, then = capsys.readouterr().out.splitlines()
+    assert f" results_dir={tmp_path / 'results'} " in scan
+    assert plan == ("study warm: 2 rows x 2 values of optim.warmup_steps x 1 scan seed(s), then 1 planned seeds; "
+                    "budgets [8]")
+    assert " optim.warmup_steps=0,4 " in scan and "launcher" not in scan  # the grid, sorted
+
+
+def test_the_study_commands_help_names_it_and_each_option(capsys):
+    with pytest.raises(SystemExit) as stop:
+        study_cli.main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert stop.value.code == 0
+    assert out.startswith("usage: python -m mbexp.study [-h] [--results RESULTS] [--jobs JOBS]")
+    assert out.split("positional arguments:")[0].endswith(" ".join(study_cli.__doc__.split()) + " ")
+    for text in ("name a study declared under `studies:` in <results>/claims.yaml",
+                 "--jobs JOBS runs side by side (joblib launcher)", "--dry-run print the commands, run nothing"):
+        assert text in out
+
 def test_a_dry_run_names_a_missing_corpus_in_one_line(tmp_path, capsys):
     (tmp_path / "claims.yaml").write_text(STUDY.format(cache=tmp_path).replace(
         "overrides: [", f"overrides: [data=text, data.path={tmp_path / 'missing.txt'}, "))
@@ -487,6 +529,18 @@ def test_a_results_folder_without_a_claims_file_is_named(tmp_path, capsys):
         f"error: {tmp_path / 'nowhere' / 'claims.yaml'} does not exist: a study is declared under `studies:` there "
         "(docs/studies.md); give --results the folder that holds it"]
 
+
+
+def test_an_unknown_study_is_named_with_the_ones_declared(tmp_path):
+    rep = "  rep:\n    experiment: smoke_rep\n    scan_of: tiny\n    rows: {{ffn: [swiglu]}}\n    seeds: [3, 4]\n"
+    (tmp_path / "claims.yaml").write_text((STUDY + rep).format(cache="c"))
+    with pytest.raises(StudyError) as err:
+        load_study(tmp_path, "tinny")
+    assert str(err.value) == f"{tmp_path / 'claims.yaml'} declares no study 'tinny'; declared: tiny, rep"
+    (tmp_path / "claims.yaml").write_text("claims: []\n")
+    with pytest.raises(StudyError) as err:
+        load_study(tmp_path, "tiny")
+    assert str(err.value) == f"{tmp_path / 'claims.yaml'} declares no study 'tiny'; declared: none"
 
 SLOW_SCAN = """\
 claims:

@@ -36,6 +36,7 @@ def test_only_the_base_rows_are_scanned_and_every_row_takes_its_base_choice(tmp_
     assert lrs == {"ffn=relu": "optim.lr=0.001", "ffn=swiglu": "optim.lr=0.001"}
     for command in confirm:  # by default: one job at a time, into results/, under the study's experiment
         assert f"name={study.experiment}" in command and f"results_dir={RESULTS_DIR}" in command
+        assert "seed=1,2" in command
         assert not any("launcher" in arg for arg in command)
     assert list(lr_scan.scan_frame(study, tmp_path)["ffn"]) == ["relu", "relu"]  # the scan's table: base rows
 
