@@ -15,7 +15,7 @@ from scipy import stats as scipy_stats
 from test_table import BASE, ROOT, write_run
 
 from mbexp.analysis import report, stats, table
-from mbexp.claims import ClaimsError
+from mbexp.claims import ClaimsError, family
 from mbexp.claims.claim import Claim
 from mbexp.claims.evaluate import evaluate
 from mbexp.claims.parse import load_claims, parse_claim
@@ -261,12 +261,12 @@ def test_unmet_conditions_read_not_tested_as_declared(tmp_path):
 POST, PRE = "layer-post-relu-matched", "layer-pre-relu-matched"
 
 
-def _warmup_runs(results, post, pre, best=100):
+def _warmup_runs(results, post, pre, best=100, warmups=(0, 25, 100), seeds=None):
     """Per seed, loss at warm-up 0 minus at `best` is post[seed] / pre[seed]; the other warm-up is worse."""
-    for seed in range(len(post)):
+    for seed in seeds or range(len(post)):
         for row, sens in ((POST, post), (PRE, pre)):
             low = 5.0 + 0.01 * seed
-            for warmup in (0, 25, 100):
+            for warmup in warmups:
                 loss = low if warmup == best else low + sens[seed] if warmup == 0 else low + sens[seed] / 2
                 write_run(results, row, seed=seed, warmup=warmup, final=loss, test=loss, **BIG)
 
@@ -294,6 +294,20 @@ def test_needs_warmup_more_is_the_difference_of_sensitivities_with_edge_flags(tm
     assert added.n == 3 and added.interval.delta == pytest.approx(0.37)
 
 
+
+def test_the_warmup_edge_flag_needs_two_settings_and_reads_only_the_planned_seeds(tmp_path):
+    """Two warm-ups with the larger best: an edge. One warm-up: nothing to be at the edge of. Best inside the grid
+    on the planned seeds, but at its end once an unplanned seed joins: no edge, as that seed is not read."""
+    sens = [0.40, 0.35, 0.45]
+    _warmup_runs(tmp_path / "two", sens, sens, warmups=(0, 100))
+    assert family._edge(table.build_tables(tmp_path / "two")["quick"], PRE, [0, 1, 2])
+    _warmup_runs(tmp_path / "one", sens, sens, warmups=(100,))
+    assert not family._edge(table.build_tables(tmp_path / "one")["quick"], PRE, [0, 1, 2])
+    _warmup_runs(tmp_path / "added", sens, sens, best=25)
+    _warmup_runs(tmp_path / "added", [0, 0, 0, 3.0], [0, 0, 0, 3.0], seeds=[3])  # at 0 and 25: 3.0, 1.5 worse
+    added = table.build_tables(tmp_path / "added")["quick"]
+    assert not family._edge(added, PRE, [0, 1, 2]) and family._edge(added, PRE, [0, 1, 2, 3])
+
 def test_needs_warmup_requires_the_sensitivity_beyond_its_margin_two_sided(tmp_path):
     _warmup_runs(tmp_path, [0.40, 0.35, 0.45], [0.03, 0.02, 0.04])
     pre = result(tmp_path, statistic="sensitivity", hypothesis="worse", rows=[PRE], baseline=None).comparisons[0]
@@ -307,6 +321,7 @@ def test_needs_warmup_requires_the_sensitivity_beyond_its_margin_two_sided(tmp_p
     _warmup_runs(tmp_path / "added", [0.40, 0.35, 0.45, 2.0], [0.03, 0.02, 0.04, 0.0])  # seed 3: beyond the plan
     added = result(tmp_path / "added", statistic="sensitivity", hypothesis="worse", rows=[PRE], baseline=None)
     assert added.comparisons[0].n == 3 and added.comparisons[0].interval.delta == pytest.approx(0.03)
+    assert added.added[0].n == 4 and added.added[0].interval.delta == pytest.approx(0.0225)  # shown apart: all seeds
 
 
 def test_beyond_margin_is_below_alpha_exactly_when_the_95_interval_clears_the_margin():

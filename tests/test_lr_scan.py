@@ -181,3 +181,97 @@ def test_a_choice_is_within_noise_when_the_runner_up_is_closer_than_seed_noise()
     assert math.isnan(seed_sd({(("relu",), 1e-3): [4.5], (("relu",), 2e-3): [4.4]}))  # one scan seed
     assert math.isnan(choice_noise({1e-3: 4.5, 2e-3: 4.4}, 1, math.nan)[1])
     assert math.isnan(choice_noise({1e-3: 4.5, 2e-3: math.inf}, 2, sd)[0])  # one finite LR: no runner-up
+
+
+HALVING = """\
+studies:
+  halve:
+    experiment: lad
+    rows: {ffn: [relu]}
+    lr_grid: [1.0e-3, 2.0e-3, 4.0e-3, 8.0e-3, 1.6e-2, 3.2e-2]
+    scan_seeds: [7, 8]
+    seeds: [9]
+    budgets: [20, 40, 80]
+"""
+# loss at each LR of the grid per budget: large LRs lead at 20 steps, 3.2e-2 at 40, 8e-3 at 80
+RUNGS = {20: (5.9, 5.8, 5.7, 5.5, 5.4, 5.6), 40: (5.7, 5.6, 5.5, 5.2, 5.3, 5.1), 80: (5.5, 5.4, 5.3, 4.9, 5.0, 5.2)}
+
+
+def test_halving_over_three_rungs_keeps_the_better_half_by_loss_and_counts_each_stop(tmp_path):
+    """20 steps: 1.6e-2, 8e-3, 3.2e-2 go on (the better half, not the smaller LRs); 40: 3.2e-2 and 8e-3; 80: 8e-3,
+    though 3.2e-2 led at 40. Per seed: 3 stopped after 20 steps, 1 after 40 (+ 20's cool-down, 4), 2 trained 80
+    (+ 4 + 8 of cool-down): 60 + 44 + 184 = 288; two seeds. The full scan: 6 LRs x (80 + 4 + 8) x 2 seeds."""
+    write_halving(tmp_path)
+    picks, full = lr_scan.halving(load_studies(tmp_path)["halve"], tmp_path)
+    assert picks == {("relu",): (8e-3, 2 * 288)} and full == 6 * 92 * 2
+
+
+def write_halving(results):
+    (results / "claims.yaml").write_text(HALVING)
+    for budget, losses in RUNGS.items():
+        for lr, loss in zip((1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2), losses):
+            for seed in (7, 8):
+                run = results / "runs" / "lad_scan" / f"relu-{lr:g}-{budget}" / f"seed={seed}"
+                run.mkdir(parents=True)
+                (run / "summary.json").write_text(json.dumps({
+                    "status": "completed", "experiment": "lad_scan", "seed": seed, "steps": budget, "step": budget,
+                    "identity": {"ffn.name": "relu", "optim.lr": lr, "train.steps": budget},
+                    "final_val_loss": loss + 0.01 * (seed - 7)}))
+
+
+def test_a_one_key_scans_figure_is_one_panel_named_for_the_study(tmp_path):
+    write_halving(tmp_path)
+    study = load_studies(tmp_path)["halve"]
+    (ax,) = lr_scan.plot(study, lr_scan.scan_frame(study, tmp_path)).axes
+    assert ax.get_title() == "halve" and ax.get_legend().get_title().get_text() == "ffn"
+    curve, ring = ax.get_lines()
+    assert list(curve.get_ydata()) == pytest.approx([5.505, 5.405, 5.305, 4.905, 5.005, 5.205])
+    assert list(ring.get_xdata()) == [8e-3]
+
+
+def test_the_scan_csv_is_plain_text_without_the_frames_index():
+    frame = pd.DataFrame({"lr": [0.001, 1 / 3, 1.5e-7], "chosen": [True, False, False]})
+    assert lr_scan.to_csv(frame) == "lr,chosen\n0.001,True\n0.333333,False\n1.5e-07,False\n"
+
+
+def test_a_scan_cell_says_diverged_and_bolds_the_choice_and_the_noise_line_needs_two_seeds():
+    cell = {"n": 2, "val_loss": math.inf, "chosen": False}
+    assert lr_scan._cell(pd.Series(cell)) == "diverged"
+    assert lr_scan._cell(pd.Series(cell | {"val_loss": 5.1234, "chosen": True})) == "**5.123**"
+    assert lr_scan._cell(pd.Series(cell | {"n": 0})) == "—"
+    assert lr_scan._sd_text(pd.DataFrame({"noise": [math.nan, math.nan]})) == "one scan seed: unknown"
+    assert lr_scan._sd_text(pd.DataFrame({"noise": [0.02, math.nan, 0.01, 0.02]})) == "noise 0.0100, 0.0200"
+
+
+def test_the_scan_figure_has_a_panel_per_second_key_a_line_per_first_and_rings_the_choice(tmp_path):
+    """Rows declared ladder96 first: lines keep the declared order. ladder64 GEGLU diverged at 1e-2: left out."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.colors import to_hex
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
+
+    write_scan(tmp_path, {**LOSSES, ("ladder64", "geglu"): (5.5, 5.3, math.inf)})
+    (tmp_path / "claims.yaml").write_text(CLAIMS.replace("[ladder64, ladder96]", "[ladder96, ladder64]"))
+    study = load_studies(tmp_path)["lad"]
+    fig = lr_scan.plot(study, lr_scan.scan_frame(study, tmp_path))
+    assert isinstance(fig.canvas, FigureCanvasAgg) and isinstance(fig.get_layout_engine(), ConstrainedLayoutEngine)
+    assert tuple(fig.get_size_inches()) == (8.0, 4.0) and fig.dpi == 100
+    relu, geglu = fig.axes
+    assert relu.get_shared_y_axes().joined(relu, geglu)
+    assert (relu.get_title(), geglu.get_title()) == ("ffn=relu", "ffn=geglu")
+    assert relu.get_ylabel() == "validation log-ppl at 60 steps (ring: chosen)" and geglu.get_ylabel() == ""
+    for ax in (relu, geglu):
+        assert ax.get_xscale() == "log" and ax.get_xlabel() == "learning rate"
+        assert list(ax.get_xticks()) == [1e-3, 3e-3, 1e-2]
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["0.001", "0.003", "0.01"]
+        legend = ax.get_legend()
+        assert legend.get_title().get_text() == "model" and legend.get_title().get_fontsize() == 7
+        assert [t.get_text() for t in legend.get_texts()] == ["ladder96", "ladder64"]
+        assert {t.get_fontsize() for t in legend.get_texts()} == {7}
+    lines = [(list(line.get_xdata()), list(line.get_ydata())) for line in geglu.get_lines()]
+    assert lines == [([1e-3, 3e-3], [5.2, 5.2]), ([], []),  # ladder96: 1e-2 unfinished, so no choice to ring
+                     ([1e-3, 3e-3], [5.5, 5.3]), ([3e-3], [5.3])]  # ladder64: 1e-2 diverged, not drawn
+    curve, ring = relu.get_lines()[:2]
+    assert (curve.get_marker(), curve.get_markersize(), curve.get_label()) == ("o", 3, "ladder96")
+    assert (ring.get_marker(), ring.get_markersize(), ring.get_markerfacecolor(), ring.get_linestyle()) == \
+        ("o", 10, "none", "None")
+    assert [to_hex(line.get_color()) for line in relu.get_lines()] == [to_hex(f"C{i}") for i in (0, 0, 1, 1)]
