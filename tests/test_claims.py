@@ -18,7 +18,7 @@ from mbexp.analysis import report, stats, table
 from mbexp.claims import ClaimsError, family
 from mbexp.claims.claim import Claim
 from mbexp.claims.evaluate import evaluate
-from mbexp.claims.parse import load_claims, parse_claim
+from mbexp.claims.parse import load_claims, load_claims_text, parse_claim
 from mbexp.claims.result import Result
 
 A, B, C = "layer-pre-geglu-matched", "layer-pre-swiglu-matched", "layer-pre-reglu-matched"
@@ -118,7 +118,8 @@ def test_one_seed_is_not_tested_and_unknown_rows_or_experiments_are_said(tmp_pat
     one = result(tmp_path, seeds=[0])
     assert one.verdict == "not tested" and [c.mark for c in one.comparisons] == ["not tested"] * 2
     assert result(tmp_path, rows=["layer-pre-glu-matched"]).qualifiers == ["rows not in quick: layer-pre-glu-matched"]
-    assert result(tmp_path, experiment="nope").verdict == "not tested"
+    nope = result(tmp_path, experiment="nope")
+    assert (nope.verdict, nope.comparisons, nope.qualifiers) == ("not tested", [], ["no finished runs of nope"])
     no_warmups = result(tmp_path, statistic="sensitivity", rows=[A], baseline=None)
     assert no_warmups.verdict == "not tested" and no_warmups.qualifiers == ["quick has no column of warm-up settings"]
     assert result(tmp_path, at={"train.steps": 300}).qualifiers == ["quick has no column train.steps=300"]
@@ -393,3 +394,19 @@ def test_sides_are_a_comparisons_per_seed_losses_on_the_seeds_asked(tmp_path):
     row, base = sides(claim(at={"train.steps": 300}), tables["quick"], (A, BASE), {1, 3})
     assert row.to_dict() == {1: ROWS[A][1], 3: ROWS[A][3]}
     assert base.to_dict() == {1: BASE_LOSS[1], 3: BASE_LOSS[3]}
+
+
+def test_a_claims_text_or_file_with_a_yaml_error_names_itself_the_line_and_the_claim(tmp_path):
+    broken = "claims:\n  - {id: a, claim: x}\n  - {id: b\n"
+    with pytest.raises(ClaimsError) as err:
+        load_claims_text(broken)
+    assert str(err.value) == "claims text: not valid YAML on line 4 (claim b): expected ',' or '}', but got " \
+                             "'<stream end>'"
+    with pytest.raises(ClaimsError) as err:
+        load_claims_text("claims: []", "the example")
+    assert str(err.value) == "the example: expected a mapping with a non-empty list `claims`"
+    (tmp_path / "claims.yaml").write_text(broken)
+    with pytest.raises(ClaimsError) as err:
+        load_claims(tmp_path / "claims.yaml")
+    assert str(err.value) == f"claims file {tmp_path / 'claims.yaml'}: not valid YAML on line 4 (claim b): " \
+                             "expected ',' or '}', but got '<stream end>'"

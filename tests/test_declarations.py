@@ -178,6 +178,11 @@ BAD = {  # what the claims file holds -> what the one error line must say
     "rows: [r], seeds: [0], at: {train.steps: 300}, conditions: {own_lr: false}}\n":  # no column: it may be 300
         "claims on the same runs (e, train.steps=300) declare different conditions (a: own_lr true, max_epochs 1.0; "
         "b: own_lr false",
+    "claims:\n- {id: a, claim: x, paper: p, experiment: e, hypothesis: better, baseline: b, rows: [r], seeds: [0], "
+    "at: {train.steps: 300}, conditions: {own_lr: false}}\n- {id: b, claim: x, paper: p, experiment: e, "
+    "hypothesis: worse, baseline: b, rows: [r], seeds: [0], conditions: {own_lr: true}}\n":  # the same, in turn
+        "claims on the same runs (e, train.steps=300) declare different conditions (a: own_lr false, max_epochs 1.0; "
+        "b: own_lr true",
     "claims: [{id: a, claim: x, paper: p, experiment: e, hypothesis: better, baseline: b, rows: [r], seeds: [-1, 0]}]"
     "\n": "claim 0 (a): seeds must be a non-empty list of distinct integers in [0, 2**32), got [-1, 0]",
     **{f"claims: [{{id: a, claim: x, paper: p, experiment: e, hypothesis: better, baseline: b, rows: [r], seeds: [0], "

@@ -46,7 +46,8 @@ def _near(raw: bytes, offset: int) -> str:
 
 def parse_yaml(text: str, where: str):
     """`text` read as yaml.safe_load reads it, but with its aliases refused (ClaimsError): nested aliases expand
-    exponentially (a "billion laughs" file) and would hang whatever walks the result."""
+    exponentially (a "billion laughs" file) and would hang whatever walks the result. A syntax error is a
+    ClaimsError naming `where`, the line and the claim declared last before it."""
     import yaml
 
     class NoAliases(yaml.SafeLoader):
@@ -57,13 +58,17 @@ def parse_yaml(text: str, where: str):
                                   "aliases are refused here: write each value out")
             return super().compose_node(parent, index)
 
-    return yaml.load(text, Loader=NoAliases)
+    try:
+        return yaml.load(text, Loader=NoAliases)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = len("\n".join(text.splitlines()[:mark.line + 1]).encode()) if mark else 0
+        line = f" on line {mark.line + 1}{_near(text.encode(), at)}" if mark else ""
+        raise ClaimsError(f"{where}: not valid YAML{line}: {getattr(err, 'problem', err)}") from None
 
 
 def read_file(path: Path):
     """The claims file's YAML; ClaimsError names the file (and the claim near a bad byte or a syntax error)."""
-    import yaml
-
     try:
         raw = read_regular(path)  # a FIFO in its place is refused, never waited on
     except OSError as err:
@@ -74,10 +79,4 @@ def read_file(path: Path):
         line = raw[:err.start].count(b"\n") + 1
         raise ClaimsError(f"claims file {path}: byte 0x{raw[err.start]:02x} on line {line}{_near(raw, err.start)} "
                           "is not UTF-8; save the file as UTF-8") from None
-    try:
-        return parse_yaml(text, f"claims file {path}")
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        at = len("\n".join(text.splitlines()[:mark.line + 1]).encode()) if mark else 0
-        where = f" on line {mark.line + 1}{_near(raw, at)}" if mark else ""
-        raise ClaimsError(f"claims file {path}: not valid YAML{where}: {getattr(err, 'problem', err)}") from None
+    return parse_yaml(text, f"claims file {path}")
