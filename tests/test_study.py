@@ -542,6 +542,48 @@ def test_an_unknown_study_is_named_with_the_ones_declared(tmp_path):
         load_study(tmp_path, "tiny")
     assert str(err.value) == f"{tmp_path / 'claims.yaml'} declares no study 'tiny'; declared: none"
 
+
+def test_a_study_runs_its_scan_then_each_row_at_its_choice_and_says_so(tmp_path, monkeypatch, capsys):
+    """The study's orchestration in this process, each sweep stood in for by writing its scan's summaries (the
+    real sweeps: the slow tests). ReLU is best at the grid's low end, SwiGLU at its high end."""
+    (tmp_path / "claims.yaml").write_text(STUDY.format(cache=tmp_path))
+    ran = []
+
+    def sweep(argv, rerun):
+        ran.append((argv, rerun))
+        if "name=smoke_scan" in argv:
+            write_scan(tmp_path, {(ffn, lr, steps): 5.0 + (lr if ffn == "relu" else -lr)
+                                  for ffn in ("relu", "swiglu") for lr in (1e-3, 1e-2) for steps in (8, 16)})
+
+    monkeypatch.setattr(study_cli, "_run", sweep)
+    study_cli.main(["tiny", "--results", str(tmp_path), "--jobs", "2"])
+    assert capsys.readouterr().out.splitlines() == [
+        "study tiny: 2 rows x 2 LRs x 1 scan seed(s), then 2 planned seeds; budgets [8, 16]",
+        f"[1/3] scan -> {tmp_path}/runs/smoke_scan", "[2/3] chosen on validation at 16 steps:",
+        "  ffn=relu: optim.lr=0.001 (at the low edge of the grid)",
+        "  ffn=swiglu: optim.lr=0.01 (at the high edge of the grid)", f"[3/3] planned seeds -> {tmp_path}/runs/smoke"]
+    study = load_studies(tmp_path)["tiny"]
+    assert [r for _, r in ran] == [f"python -m mbexp.study tiny --results {tmp_path} --jobs 2"] * 3
+    assert ran[0][0] == study_cli.scan_command(study, jobs=2, results_dir=str(tmp_path))
+    assert [argv for argv, _ in ran[1:]] == study_cli.confirm_commands(
+        study, choose(study, tmp_path), jobs=2, results_dir=str(tmp_path))
+    assert [[a for a in argv if a.startswith(("ffn=", "optim.lr="))] for argv, _ in ran[1:]] == [
+        ["ffn=relu", "optim.lr=0.001"], ["ffn=swiglu", "optim.lr=0.01"]]
+
+
+def test_a_study_stopped_between_sweeps_says_how_to_resume(tmp_path, monkeypatch, capsys):
+    (tmp_path / "claims.yaml").write_text(STUDY.format(cache=tmp_path))
+
+    def interrupted(argv, rerun):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(study_cli, "_run", interrupted)
+    with pytest.raises(SystemExit) as stop:
+        study_cli.main(["tiny", "--results", str(tmp_path)])
+    assert stop.value.code == study_cli.INTERRUPTED == 130
+    assert capsys.readouterr().err.splitlines() == [
+        f"interrupted: rerun python -m mbexp.study tiny --results {tmp_path} to resume"]
+
 SLOW_SCAN = """\
 claims:
   - {{id: a, claim: c, paper: p, experiment: other, baseline: b, rows: [r], hypothesis: better, seeds: [0]}}
