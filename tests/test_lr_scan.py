@@ -332,3 +332,28 @@ def test_a_gap_cell_says_within_noise_only_when_the_gap_is_smaller_than_the_nois
     assert lr_scan.choice_noise({1: 5.0, 2: 5.03, 3: math.inf}, 2, 0.05) == (pytest.approx(0.03), 1.959964 * 0.05)
     assert math.isnan(lr_scan.choice_noise({1: 5.0, 2: math.inf}, 2, 0.05)[0])
     assert math.isnan(lr_scan.choice_noise({1: 5.0, 2: 5.1}, 2, math.nan)[1])
+    assert lr_scan.choice_noise({1: 5.0, 2: 5.1}, 4, 0.05)[1] == pytest.approx(1.959964 * 0.05 * math.sqrt(0.5))
+
+
+def test_a_two_seed_scans_frame_averages_the_seeds_and_gives_the_choice_its_gap_and_noise(tmp_path):
+    """Seed 8 is seed 7 + 0.01 everywhere: pooled SD 0.01/√2, noise 1.959964 x SD x √(2/2); 8e-3's mean 4.905 is
+    the choice, 5.005 the runner-up. Only the chosen line carries edge, vertex, gap and noise."""
+    write_halving(tmp_path)
+    frame = lr_scan.scan_frame(load_studies(tmp_path)["halve"], tmp_path)
+    assert list(frame.columns) == ["ffn", "lr", "steps", "n", "val_loss", "chosen", "edge", "vertex", "gap", "noise"]
+    assert frame["val_loss"].tolist() == pytest.approx([5.505, 5.405, 5.305, 4.905, 5.005, 5.205])
+    chosen, others = frame[frame["chosen"]].iloc[0], frame[~frame["chosen"]]
+    assert (chosen["lr"], chosen["edge"], chosen["gap"]) == (8e-3, "", pytest.approx(0.1))
+    assert chosen["noise"] == pytest.approx(1.959964 * 0.01 / math.sqrt(2)) and chosen["vertex"] > 0
+    assert set(others["edge"]) == {""} and others[["vertex", "gap", "noise"]].isna().all().all()
+
+
+def test_a_scan_of_the_warmup_is_read_on_a_linear_axis_under_its_own_key():
+    from mbexp.study.spec import parse_study
+
+    warm = parse_study("w", {"experiment": "e", "rows": {"ffn": ["relu"]}, "tune": {"key": "optim.warmup_steps",
+                       "grid": [0, 4, 8]}, "scan_seeds": [0], "seeds": [1], "budgets": [8]}, "x")
+    assert lr_scan.value_column(warm) == "optim.warmup_steps" and not lr_scan.logged(warm.grid)
+    assert lr_scan.logged([1e-3, 1e-2]) and not lr_scan.logged([0.0, 1e-3])
+    # (0, 5.0), (4, 4.0), (8, 4.5): y = 0.046875 x² - 0.4375 x + 5, vertex at x = 0.4375 / 0.09375 = 4.67
+    assert lr_scan.vertex([0, 4, 8], {0: 5.0, 4: 4.0, 8: 4.5}, 4) == 4.67

@@ -279,6 +279,7 @@ def test_a_studys_cost_counts_each_runs_own_steps_and_only_its_own_runs(tmp_path
     run("smoke_scan", "j", 1, steps=16, step=16, tokens_seen=1600, wall_time_s=1.0)  # not a scan seed
     run("smoke_rep", "k", 3, steps=16, step=16, tokens_seen=1600, wall_time_s=5.0)
     run("smoke_rep", "l", 4, steps=16, step=16, tokens_seen=None, wall_time_s=3.0)  # no token count: none counted
+    run("smoke_rep", "m", 3, steps=8, step=8, tokens_seen=800, wall_time_s=2.0)  # from scratch: 8 - 2 over
     found = load_studies(tmp_path)
     assert studies.per_run_steps(found["tiny"]) == 21
     assert studies.cost(found["tiny"], tmp_path) == {
@@ -286,7 +287,7 @@ def test_a_studys_cost_counts_each_runs_own_steps_and_only_its_own_runs(tmp_path
         "run_seconds": 16 + 4 + 20 + 9 + 12, "naive_steps": 2 * 2 * 3 * 36, "design_steps": 21 * (2 * 2 + 2 * 2),
         "design_ratio": 168 / 432, "done": 54 / 168, "unbranched": 2, "unbranched_steps": 6 + 9}
     reused = studies.cost(found["rep"], tmp_path)  # its scan is tiny's, counted there: its own seeds only
-    assert (reused["steps"], reused["tokens"], reused["run_seconds"], reused["unbranched"]) == (32, 1600, 8, 0)
+    assert (reused["steps"], reused["tokens"], reused["run_seconds"], reused["unbranched"]) == (40, 2400, 10, 1)
     # an experiment's runs and run-hours (docs/results.md): every budget and seed, each run's own seconds
     assert studies.run_hours(tmp_path, "smoke") == (5, (20 + 9 + 12 + 1 + 1) / 3600)
     assert studies.run_hours(tmp_path, "smoke_scan") == (3, (16 + 4 + 1) / 3600)
@@ -294,8 +295,9 @@ def test_a_studys_cost_counts_each_runs_own_steps_and_only_its_own_runs(tmp_path
         "- `tiny`: 54 steps spent (5,400 tokens, 61 run-seconds; 32% of its design; 2 run(s) of a smaller budget "
         "trained from scratch, not branched: 15 steps beyond a branch); by design 168 steps against 432 for the "
         "naive grid, ratio **0.39**",
-        "- `rep`: 32 steps spent (1,600 tokens, 8 run-seconds; 76% of its design, its LRs from the scan of `tiny` "
-        "(counted there)); by design 42 steps against 144 for the naive grid, ratio **0.29**"]
+        "- `rep`: 40 steps spent (2,400 tokens, 10 run-seconds; 95% of its design, its LRs from the scan of `tiny` "
+        "(counted there); 1 run(s) of a smaller budget trained from scratch, not branched: 6 steps beyond a branch); "
+        "by design 42 steps against 144 for the naive grid, ratio **0.29**"]
 
 def test_a_row_key_left_out_of_an_identity_at_its_default_is_found(tmp_path):
     # runs at a later-added key's old value leave it out of their identity (mbexp.run.migrate.ADDED_LATER)
