@@ -126,3 +126,16 @@ def test_a_trend_claim_names_its_slow_starts_edge_lrs_and_permutation_p_on_the_c
     # both p's a trend claim reads: the permutation p is Holm-adjusted too, and p_holm is the larger
     for c in got.comparisons:
         assert 0 < c.p_permutation <= c.p_permutation_holm <= c.p_holm < 0.05
+
+
+def test_the_readmes_ladder_lines_read_each_ladders_largest_budget_and_skip_a_ladder_not_yet_fitted():
+    from mbexp.analysis.ladder.render import readme_ladder_lines
+
+    def trend(experiment, steps, panel, fit_free, p=math.nan):
+        return {"experiment": experiment, "steps": steps, "variant": "layer-pre-geglu-matched",
+                "baseline": "layer-pre-relu-matched", "panel": panel, "fit_free": fit_free, "fit_free_p": p}
+
+    trends = [trend("lad", 300, "rises", "shrinks", 0.02), trend("lad", 600, "rises", "shrinks", 0.01),
+              trend("new", 600, "—", "—")]
+    assert readme_ladder_lines(trends) == [
+        "| geglu over relu | lad, train.steps=600 | **rises** | fit-free: the deficit shrinks with size (p 0.01) |"]

@@ -264,9 +264,12 @@ def _design(study, results_dir) -> str:
 
 def readme_ladder_lines(trends: list[dict]) -> list[str]:
     """The README's ladder lines at each ladder's largest budget: the multiplier's trend as the robustness panel
-    reads it (rises / falls only when every form agrees, else form-dependent), qualified by the fit-free trend."""
+    reads it (rises / falls only when every form agrees, else form-dependent), qualified by the fit-free trend. A
+    ladder with neither yet (too few sizes with runs) is left to docs/results.md."""
     lines = []
     for t in trends:
+        if t["panel"] == t["fit_free"] == "—":
+            continue
         if t["steps"] == max(u["steps"] for u in trends if u["experiment"] == t["experiment"]):
             pair = [t["variant"], t["baseline"]]
             lines.append(f"| {short(pair[0], pair)} over {short(pair[1], pair)} | {t['experiment']}, "
