@@ -11,6 +11,7 @@ import sys
 
 import pandas as pd
 import pytest
+import yaml
 from scipy import stats as scipy_stats
 from test_table import BASE, ROOT, write_run
 
@@ -18,8 +19,10 @@ from mbexp.analysis import report, stats, table
 from mbexp.claims import ClaimsError, family
 from mbexp.claims.claim import Claim
 from mbexp.claims.evaluate import evaluate
+from mbexp.claims.file import parse_yaml
 from mbexp.claims.parse import load_claims, load_claims_text, parse_claim
 from mbexp.claims.result import Result
+from mbexp.io import read_yaml
 
 A, B, C = "layer-pre-geglu-matched", "layer-pre-swiglu-matched", "layer-pre-reglu-matched"
 BIG = {"train_tokens": 10**7, "epochs": 0.06}  # within one epoch
@@ -394,6 +397,19 @@ def test_sides_are_a_comparisons_per_seed_losses_on_the_seeds_asked(tmp_path):
     row, base = sides(claim(at={"train.steps": 300}), tables["quick"], (A, BASE), {1, 3})
     assert row.to_dict() == {1: ROWS[A][1], 3: ROWS[A][3]}
     assert base.to_dict() == {1: BASE_LOSS[1], 3: BASE_LOSS[3]}
+
+
+def test_the_fast_yaml_reader_reads_every_shipped_file_as_safe_load_does():
+    """libyaml (read_yaml, parse_yaml's fast path) and PyYAML's own reader: the same values for the claims file and
+    every config, 1e-3 still text (YAML 1.1), an alias still refused."""
+    files = [ROOT / "results" / "claims.yaml", *sorted((ROOT / "conf").rglob("*.yaml"))]
+    assert len(files) > 50
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        assert read_yaml(text) == yaml.safe_load(text) == parse_yaml(text, "x"), path
+    assert read_yaml("lr: 1e-3\nwd: 1.0e-3") == {"lr": "1e-3", "wd": 1.0e-3}
+    with pytest.raises(ClaimsError, match="^x: line 2 uses the YAML alias [*]a; aliases are refused"):
+        parse_yaml("a: &a [1]\nb: *a\n", "x")
 
 
 def test_a_claims_text_or_file_with_a_yaml_error_names_itself_the_line_and_the_claim(tmp_path):

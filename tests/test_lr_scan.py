@@ -27,6 +27,15 @@ LOSSES = {("ladder64", "relu"): (5.4, 5.2, 5.1), ("ladder64", "geglu"): (5.5, 5.
           ("ladder96", "relu"): (5.3, 5.0, 5.05), ("ladder96", "geglu"): (5.2, 5.2, float("nan"))}
 
 
+def write_summary(results, folder: str, seed: int, budget: int, loss: float, identity: dict) -> None:
+    """A finished scan run of experiment lad_scan: `budget` steps, validation loss `loss`."""
+    run = results / "runs" / "lad_scan" / folder / f"seed={seed}"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps({
+        "status": "completed", "experiment": "lad_scan", "seed": seed, "steps": budget, "step": budget,
+        "identity": identity | {"train.steps": budget}, "final_val_loss": loss}))
+
+
 def write_scan(results, losses=LOSSES, steps=(30, 60), short=None):
     """The scan's summaries: at 60 steps `losses`, at 30 steps `short` (default: 0.3 above, the same ranking)."""
     results.mkdir(exist_ok=True)
@@ -39,12 +48,8 @@ def write_scan(results, losses=LOSSES, steps=(30, 60), short=None):
                 at = loss + (0.3 if budget == 30 else 0.0)
                 if budget == 30 and short and (model, ffn) in short:
                     at = short[(model, ffn)][i]
-                run = results / "runs" / "lad_scan" / f"{model}-{ffn}-{lr:g}-{budget}" / "seed=7"
-                run.mkdir(parents=True)
-                (run / "summary.json").write_text(json.dumps({
-                    "status": "completed", "experiment": "lad_scan", "seed": 7, "steps": budget, "step": budget,
-                    "identity": {"model.name": model, "ffn.name": ffn, "optim.lr": lr, "train.steps": budget},
-                    "final_val_loss": at}))
+                write_summary(results, f"{model}-{ffn}-{lr:g}-{budget}", 7, budget, at,
+                              {"model.name": model, "ffn.name": ffn, "optim.lr": lr})
 
 
 def test_the_scan_table_marks_each_choice_and_an_unfinished_row(tmp_path):
@@ -211,12 +216,8 @@ def write_halving(results):
     for budget, losses in RUNGS.items():
         for lr, loss in zip((1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2), losses):
             for seed in (7, 8):
-                run = results / "runs" / "lad_scan" / f"relu-{lr:g}-{budget}" / f"seed={seed}"
-                run.mkdir(parents=True)
-                (run / "summary.json").write_text(json.dumps({
-                    "status": "completed", "experiment": "lad_scan", "seed": seed, "steps": budget, "step": budget,
-                    "identity": {"ffn.name": "relu", "optim.lr": lr, "train.steps": budget},
-                    "final_val_loss": loss + 0.01 * (seed - 7)}))
+                write_summary(results, f"relu-{lr:g}-{budget}", seed, budget, loss + 0.01 * (seed - 7),
+                              {"ffn.name": "relu", "optim.lr": lr})
 
 
 def test_a_one_key_scans_figure_is_one_panel_named_for_the_study(tmp_path):

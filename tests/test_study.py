@@ -252,7 +252,8 @@ SUMMARY = {"steps": 16, "seed": 0, "status": "completed", "final_val_loss": 5.0}
 
 
 
-def write_run(results, experiment: str, folder: str, seed: int, **fields) -> None:
+def write_summary(results, experiment: str, folder: str, seed: int = 0, **fields) -> None:
+    """runs/<experiment>/<folder>/seed=<seed>/summary.json: a completed run's summary with `fields`."""
     run = results / "runs" / experiment / folder / f"seed={seed}"
     run.mkdir(parents=True)
     (run / "summary.json").write_text(json.dumps({"seed": seed, "status": "completed"} | fields))
@@ -265,7 +266,7 @@ def test_a_studys_cost_counts_each_runs_own_steps_and_only_its_own_runs(tmp_path
     rep = "  rep:\n    experiment: smoke_rep\n    scan_of: tiny\n    rows: {{ffn: [swiglu]}}\n    seeds: [3, 4]\n"
     (tmp_path / "claims.yaml").write_text((STUDY + rep).replace("budgets: [8, 16]", "budgets: [8, 12, 16]")
                                           .format(cache="c"))
-    run = functools.partial(write_run, tmp_path)
+    run = functools.partial(write_summary, tmp_path)
     run("smoke_scan", "a", 0, steps=16, step=16, tokens_seen=1600, wall_time_s=16.0)
     run("smoke_scan", "b", 0, steps=8, step=8, tokens_seen=800, wall_time_s=10.0,  # a branch: 2 steps, 4 s its own
         branched={"step": 6, "wall_time_s": 6.0})
@@ -304,10 +305,8 @@ def test_a_row_key_left_out_of_an_identity_at_its_default_is_found(tmp_path):
     (tmp_path / "claims.yaml").write_text(STUDY.format(cache=tmp_path).replace(
         "rows: {ffn: [relu, swiglu]}", "rows: {optim.cooldown_shape: [linear, sqrt]}"))
     for i, (shape, lr) in enumerate([(c, lr) for c in ("linear", "sqrt") for lr in (1e-3, 1e-2)]):
-        run = tmp_path / "runs" / "smoke_scan" / f"v{i}" / "seed=0"
-        run.mkdir(parents=True)
         identity = {"optim.lr": lr} | ({"optim.cooldown_shape": shape} if shape != "linear" else {})
-        (run / "summary.json").write_text(json.dumps(SUMMARY | {"identity": identity, "final_val_loss": 5 + lr}))
+        write_summary(tmp_path, "smoke_scan", f"v{i}", **SUMMARY | {"identity": identity, "final_val_loss": 5 + lr})
     choices = choose(load_studies(tmp_path)["tiny"], tmp_path)
     assert {values: c.value for values, c in choices.items()} == {("linear",): 1e-3, ("sqrt",): 1e-3}
 
@@ -315,11 +314,9 @@ def test_a_row_key_left_out_of_an_identity_at_its_default_is_found(tmp_path):
 def write_scan(results, losses: dict) -> None:
     """Finished scan runs of study tiny on seed 0: {(ffn, lr, steps): final validation loss}."""
     for i, ((ffn, lr, steps), loss) in enumerate(losses.items()):
-        run = results / "runs" / "smoke_scan" / f"v{i}" / "seed=0"
-        run.mkdir(parents=True)
         identity = {"ffn.name": ffn, "optim.lr": lr}
-        (run / "summary.json").write_text(json.dumps(SUMMARY | {"steps": steps, "identity": identity,
-                                                                "final_val_loss": loss}))
+        write_summary(results, "smoke_scan", f"v{i}", **SUMMARY | {"steps": steps, "identity": identity,
+                                                                   "final_val_loss": loss})
 
 
 def test_the_scan_is_read_at_the_selection_budget_not_the_largest(tmp_path):
@@ -371,10 +368,8 @@ def test_a_row_has_its_own_lr_only_when_every_planned_run_is_at_the_chosen_lr(tm
 def test_a_damaged_scan_summary_is_named_and_counts_as_unfinished(tmp_path, damage, key):
     (tmp_path / "claims.yaml").write_text(STUDY.format(cache=tmp_path))
     for i, (ffn, lr) in enumerate([(f, lr) for f in ("relu", "swiglu") for lr in (1e-3, 1e-2)]):
-        run = tmp_path / "runs" / "smoke_scan" / f"v{i}" / "seed=0"
-        run.mkdir(parents=True)
         summary = SUMMARY | {"identity": {"ffn.name": ffn, "optim.lr": lr}} | (damage if i == 0 else {})
-        (run / "summary.json").write_text(json.dumps(summary))
+        write_summary(tmp_path, "smoke_scan", f"v{i}", **summary)
     study = load_studies(tmp_path)["tiny"]
     with pytest.raises(StudyError) as err:
         choose(study, tmp_path)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mbexp.io import CONFIG, METRICS, STATUSES, SummaryError, is_int, is_number, read_regular, read_summary
+from mbexp.io import CONFIG, METRICS, STATUSES, SummaryError, is_int, is_number, read_regular, read_summary, read_yaml
 from mbexp.names import AXES
 from mbexp.run.identity import experiments_in, summaries_of
 from mbexp.run.migrate import identity_values, legacy_identity, upgrade
@@ -222,7 +222,7 @@ def run_settings(run_dirs, section: str) -> dict:
 
     for run_dir in run_dirs:
         try:
-            config = yaml.safe_load(read_regular(Path(run_dir, CONFIG)).decode("utf-8"))
+            config = read_yaml(read_regular(Path(run_dir, CONFIG)).decode("utf-8"))
         except (OSError, UnicodeDecodeError, yaml.YAMLError):
             continue
         if isinstance(config, dict) and isinstance(config.get(section), dict):

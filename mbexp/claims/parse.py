@@ -15,7 +15,7 @@ from mbexp.claims.claim import Claim, digest
 from mbexp.claims.file import SEED_LIST, claims_path, finite_number, parse_yaml, read_file, seed_list
 from mbexp.claims.statistics import STATISTICS
 from mbexp.claims.vocabulary import DEFAULT_MARGIN, HYPOTHESES, MARGIN_RULE, valid_margin
-from mbexp.io import is_int
+from mbexp.io import is_int, read_yaml
 from mbexp.study.spec import SCAN_SUFFIX, parse_studies
 
 log = logging.getLogger(__name__)
@@ -31,10 +31,8 @@ CONDITIONS = ("own_lr", "max_epochs")
 def experiment_config(experiment: str):
     """The experiment's config file as parsed (comments aside), or None without one: the LR, steps, schedule and
     sweep a claim reads, so that a claim's digest changes when they do."""
-    import yaml
-
     path = CONF_DIR / "experiment" / f"{experiment}.yaml"
-    return yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
+    return read_yaml(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
 def load_claims(path) -> list[Claim]:

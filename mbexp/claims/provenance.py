@@ -15,6 +15,7 @@ from mbexp.claims import ClaimsError
 from mbexp.claims.claim import Claim
 from mbexp.claims.parse import parse_claims
 from mbexp.claims.vocabulary import CONFIRMATORY, EXPLORATORY
+from mbexp.io import read_yaml
 
 CONF_EXPERIMENTS = f"{CONF_DIR.name}/experiment"  # an experiment's config file, from the repository's top
 
@@ -69,10 +70,10 @@ class History:
 
         def configs(experiment: str):
             found = self._show(commit, f"{CONF_EXPERIMENTS}/{experiment}.yaml")
-            return None if found is None else yaml.safe_load(found)
+            return None if found is None else read_yaml(found)
 
         try:
-            return {c.id: c.digest for c in parse_claims(yaml.safe_load(text or ""), "history", configs)}
+            return {c.id: c.digest for c in parse_claims(read_yaml(text or ""), "history", configs)}
         except (ClaimsError, yaml.YAMLError, KeyError, TypeError, ValueError, AttributeError):
             return {}  # a file an older parser wrote differently: no digest of today's form
 
