@@ -327,12 +327,14 @@ def test_a_gap_cell_says_within_noise_only_when_the_gap_is_smaller_than_the_nois
         return lr_scan._gap_cell(pd.DataFrame({"gap": [gap], "noise": [noise]}))
 
     assert cell(0.01, 0.02) == "0.0100 (0.0200), within noise" and cell(0.03, 0.02) == "0.0300 (0.0200)"
+    assert cell(0.02, 0.02) == "0.0200 (0.0200)"  # "smaller": a gap equal to the noise is not within it
     assert cell(0.03, math.nan) == "0.0300 (one seed)" and cell(math.nan, 0.02) == "—"
     assert lr_scan._gap_cell(pd.DataFrame({"gap": [], "noise": []})) == "—"
     # two seeds at SD 0.05: 1.96 x 0.05 x sqrt(2/2); one finite LR: no gap; SD unknown: no noise
     assert lr_scan.choice_noise({1: 5.0, 2: 5.03, 3: math.inf}, 2, 0.05) == (pytest.approx(0.03), 1.959964 * 0.05)
     assert math.isnan(lr_scan.choice_noise({1: 5.0, 2: math.inf}, 2, 0.05)[0])
     assert math.isnan(lr_scan.choice_noise({1: 5.0, 2: 5.1}, 2, math.nan)[1])
+    assert math.isnan(lr_scan.choice_noise({1: 5.0, 2: 5.1}, 0, 0.05)[1])  # no scan seed: no noise, no division
     assert lr_scan.choice_noise({1: 5.0, 2: 5.1}, 4, 0.05)[1] == pytest.approx(1.959964 * 0.05 * math.sqrt(0.5))
 
 
@@ -358,3 +360,66 @@ def test_a_scan_of_the_warmup_is_read_on_a_linear_axis_under_its_own_key():
     assert lr_scan.logged([1e-3, 1e-2]) and not lr_scan.logged([0.0, 1e-3])
     # (0, 5.0), (4, 4.0), (8, 4.5): y = 0.046875 x² - 0.4375 x + 5, vertex at x = 0.4375 / 0.09375 = 4.67
     assert lr_scan.vertex([0, 4, 8], {0: 5.0, 4: 4.0, 8: 4.5}, 4) == 4.67
+
+
+def test_a_warmup_scans_figure_is_linear_under_its_key_and_five_panels_stay_16_inches_at_100_dpi():
+    """A grid with 0 is not logged: a linear axis named for the key. Five panels of 4 inches are capped at 16; the
+    dpi is the figure's own whatever the user's matplotlibrc says (the committed PNGs' bytes depend on it)."""
+    import matplotlib
+
+    from mbexp.study.spec import parse_study
+
+    panels = ["a", "b", "c", "d", "e"]
+    warm = parse_study("w", {"experiment": "e", "rows": {"ffn": ["relu"], "model": panels}, "tune": {
+        "key": "optim.warmup_steps", "grid": [0, 4, 8]}, "scan_seeds": [0], "seeds": [1], "budgets": [8]}, "x")
+    frame = pd.DataFrame([{"ffn": "relu", "model": m, "optim.warmup_steps": w, "val_loss": 5.0 + abs(w - 4) / 10,
+                           "chosen": w == 4} for m in panels for w in (0, 4, 8)])
+    with matplotlib.rc_context({"figure.dpi": 50}):
+        fig = lr_scan.plot(warm, frame)
+    assert fig.dpi == 100 and tuple(fig.get_size_inches()) == (16.0, 4.0) and len(fig.axes) == 5
+    for ax, model in zip(fig.axes, panels):
+        assert (ax.get_xscale(), ax.get_xlabel(), ax.get_title()) == ("linear", "optim.warmup_steps", f"model={model}")
+        assert list(ax.get_xticks()) == [0, 4, 8]
+
+
+def test_a_one_key_two_seed_scans_markdown_names_both_seeds_and_has_no_table_by_pair(tmp_path):
+    write_halving(tmp_path)
+    study = load_studies(tmp_path)["halve"]
+    text = lr_scan.to_markdown(study, lr_scan.scan_frame(study, tmp_path), lr_scan.halving(study, tmp_path))
+    assert "over scan seed(s) 7, 8 (runs in `lad_scan`)" in text and "the parabola in log LR through" in text
+    assert "| relu | 5.505 | 5.405 | 5.305 | **4.905** | 5.005 | 5.205 | 0.008 |" in text
+    assert "by ffn" not in text and "The chosen LR" not in text
+
+
+def scan_line(keys: dict, col: str, value, loss: float, chosen: bool = False, vertex: float = math.nan) -> dict:
+    """One line of a scan frame (scan_frame's columns), one seed finished unless `loss` is NaN."""
+    return {**keys, col: value, "steps": 8, "n": int(loss == loss), "val_loss": loss, "chosen": chosen,
+            "edge": "", "vertex": vertex, "gap": 0.1 if chosen else math.nan, "noise": math.nan}
+
+
+def test_a_warmup_scans_markdown_fits_its_parabola_on_a_linear_axis():
+    from mbexp.study.spec import parse_study
+
+    warm = parse_study("w", {"experiment": "e", "rows": {"ffn": ["relu"]}, "tune": {"key": "optim.warmup_steps",
+                       "grid": [0, 4, 8]}, "scan_seeds": [0], "seeds": [1], "budgets": [8]}, "x")
+    frame = pd.DataFrame([scan_line({"ffn": "relu"}, "optim.warmup_steps", w, loss, w == 4, 4.67 if w == 4 else
+                                    math.nan) for w, loss in ((0, 5.0), (4, 4.0), (8, 4.5))])
+    text = lr_scan.to_markdown(warm, frame)
+    assert f"vertex: the {warm.tuned} at the vertex of the parabola in {warm.tuned} through" in text
+
+
+def test_the_tables_by_pair_keep_a_size_without_a_choice_and_write_each_lr_as_the_grid_does():
+    """m2's scan is unfinished: it has no choice but keeps its line (—) in both tables; the chosen LR is written with
+    the grid's digits (2.83e-05), the vertex with two (2.6e-05)."""
+    from mbexp.study.spec import parse_study
+
+    grid = [1.41e-5, 2.83e-5, 5.66e-5]
+    study = parse_study("p", {"experiment": "p", "rows": {"model": ["m1", "m2"], "ffn": ["relu"]}, "lr_grid": grid,
+                              "scan_seeds": [0], "seeds": [1], "budgets": [8]}, "x")
+    col = lr_scan.value_column(study)
+    frame = pd.DataFrame([scan_line({"model": "m1", "ffn": "relu"}, col, lr, loss, lr == grid[1],
+                                    2.6e-5 if lr == grid[1] else math.nan) for lr, loss in zip(grid, (5.2, 5.0, 5.1))]
+                         + [scan_line({"model": "m2", "ffn": "relu"}, col, lr, math.nan) for lr in grid])
+    text = lr_scan.to_markdown(study, frame)
+    assert "The chosen LR by model and ffn:\n\n| model | relu |\n|:---|---:|\n| m1 | 2.83e-05 |\n| m2 | — |\n" in text
+    assert "by model and ffn:\n\n| model | relu |\n|:---|---:|\n| m1 | 2.6e-05 |\n| m2 | — |\n" in text

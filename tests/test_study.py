@@ -3,6 +3,8 @@ LR and edge flag, the own-LR condition, and the compute against the naive grid."
 
 import contextlib
 import functools
+import io
+import itertools
 import json
 import os
 import re
@@ -566,6 +568,52 @@ def test_a_study_runs_its_scan_then_each_row_at_its_choice_and_says_so(tmp_path,
         study, choose(study, tmp_path), jobs=2, results_dir=str(tmp_path))
     assert [[a for a in argv if a.startswith(("ffn=", "optim.lr="))] for argv, _ in ran[1:]] == [
         ["ffn=relu", "optim.lr=0.001"], ["ffn=swiglu", "optim.lr=0.01"]]
+
+
+# tiny's study with its rows on two keys and three LRs
+TWO_KEYS = STUDY.replace(
+    "rows: {{ffn: [relu, swiglu]}}", "rows: {{ffn: [relu, swiglu], model.n_heads: [2]}}").replace(
+    "lr_grid: [1.0e-3, 1.0e-2]", "lr_grid: [1.0e-3, 3.0e-3, 1.0e-2]")
+
+
+def test_each_step_of_a_study_is_out_before_its_sweep_and_names_each_rows_choice(tmp_path, monkeypatch):
+    """Under nohup stdout is block-buffered: [1/3] is out before the scan writes, [3/3] before the planned sweeps.
+    Each choice names its row's two keys; SwiGLU's is inside the grid: no edge."""
+    (tmp_path / "claims.yaml").write_text(TWO_KEYS.format(cache=tmp_path))
+    raw = io.BytesIO()
+    out = io.TextIOWrapper(io.BufferedWriter(raw, buffer_size=1 << 16))
+    monkeypatch.setattr(sys, "stdout", out)
+    seen = []
+
+    def sweep(argv, rerun):
+        seen.append(raw.getvalue().decode().splitlines()[-1])
+        if "name=smoke_scan" in argv:
+            for i, (ffn, lr, steps) in enumerate(itertools.product(("relu", "swiglu"), (1e-3, 3e-3, 1e-2), (8, 16))):
+                identity = {"ffn.name": ffn, "model.n_heads": 2, "optim.lr": lr}
+                loss = 5.0 + (lr if ffn == "relu" else abs(lr - 3e-3))
+                write_summary(tmp_path, "smoke_scan", f"v{i}", **SUMMARY | {"steps": steps, "identity": identity,
+                                                                          "final_val_loss": loss})
+
+    monkeypatch.setattr(study_cli, "_run", sweep)
+    study_cli.main(["tiny", "--results", str(tmp_path)])
+    out.flush()
+    assert seen == [f"[1/3] scan -> {tmp_path}/runs/smoke_scan", *[f"[3/3] planned seeds -> {tmp_path}/runs/smoke"] * 2]
+    assert raw.getvalue().decode().splitlines()[2:5] == [
+        "[2/3] chosen on validation at 16 steps:",
+        "  ffn=relu model.n_heads=2: optim.lr=0.001 (at the low edge of the grid)",
+        "  ffn=swiglu model.n_heads=2: optim.lr=0.003"]
+
+
+def test_a_dry_run_refuses_a_scan_with_an_impossible_row_as_mbexp_train_does(tmp_path, capsys):
+    """model.n_kv_heads=4 with 2 heads cannot run: the dry run stops there, skipping nothing and writing nothing."""
+    impossible = TWO_KEYS.replace("model.n_heads: [2]", "model.n_kv_heads: [2, 4]")
+    (tmp_path / "claims.yaml").write_text(impossible.replace("overrides: [", "overrides: [model.n_heads=2, ")
+                                          .format(cache=tmp_path))
+    with pytest.raises(SystemExit) as stop:
+        study_cli.main(["tiny", "--results", str(tmp_path), "--dry-run"])
+    err = capsys.readouterr().err.splitlines()
+    assert stop.value.code == 2 and len(err) == 1 and err[0].startswith("error: the scan cannot run: 6 of 12 ")
+    assert "model.n_kv_heads=4" in err[0] and not (tmp_path / "runs").exists()
 
 
 def test_a_study_stopped_between_sweeps_says_how_to_resume(tmp_path, monkeypatch, capsys):
