@@ -313,10 +313,11 @@ def test_a_row_key_left_out_of_an_identity_at_its_default_is_found(tmp_path):
     assert {values: c.value for values, c in choices.items()} == {("linear",): 1e-3, ("sqrt",): 1e-3}
 
 
-def write_scan(results, losses: dict) -> None:
-    """Finished scan runs of study tiny on seed 0: {(ffn, lr, steps): final validation loss}."""
+def write_scan(results, losses: dict, **keys) -> None:
+    """Finished scan runs of study tiny on seed 0: {(ffn, lr, steps): final validation loss}; `keys`: other row keys'
+    values in every identity."""
     for i, ((ffn, lr, steps), loss) in enumerate(losses.items()):
-        identity = {"ffn.name": ffn, "optim.lr": lr}
+        identity = {"ffn.name": ffn, **keys, "optim.lr": lr}
         write_summary(results, "smoke_scan", f"v{i}", **SUMMARY | {"steps": steps, "identity": identity,
                                                                    "final_val_loss": loss})
 
@@ -588,11 +589,9 @@ def test_each_step_of_a_study_is_out_before_its_sweep_and_names_each_rows_choice
     def sweep(argv, rerun):
         seen.append(raw.getvalue().decode().splitlines()[-1])
         if "name=smoke_scan" in argv:
-            for i, (ffn, lr, steps) in enumerate(itertools.product(("relu", "swiglu"), (1e-3, 3e-3, 1e-2), (8, 16))):
-                identity = {"ffn.name": ffn, "model.n_heads": 2, "optim.lr": lr}
-                loss = 5.0 + (lr if ffn == "relu" else abs(lr - 3e-3))
-                write_summary(tmp_path, "smoke_scan", f"v{i}", **SUMMARY | {"steps": steps, "identity": identity,
-                                                                          "final_val_loss": loss})
+            write_scan(tmp_path, {(ffn, lr, steps): 5.0 + (lr if ffn == "relu" else abs(lr - 3e-3)) for ffn, lr, steps
+                                  in itertools.product(("relu", "swiglu"), (1e-3, 3e-3, 1e-2), (8, 16))},
+                       **{"model.n_heads": 2})
 
     monkeypatch.setattr(study_cli, "_run", sweep)
     study_cli.main(["tiny", "--results", str(tmp_path)])
