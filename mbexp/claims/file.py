@@ -8,7 +8,7 @@ from contextlib import suppress
 from pathlib import Path
 
 from mbexp.claims import ClaimsError
-from mbexp.io import is_int, is_number, read_regular
+from mbexp.io import is_int, is_number, read_regular, read_yaml
 
 CLAIMS_FILE = "claims.yaml"
 
@@ -55,7 +55,7 @@ def parse_yaml(text: str, where: str):
     if fast is not None:
         with suppress(yaml.YAMLError):
             if not any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=fast)):
-                return yaml.load(text, Loader=fast)
+                return read_yaml(text)
 
     class NoAliases(yaml.SafeLoader):
         def compose_node(self, parent, index):
