@@ -78,17 +78,23 @@ def test_readme_claims_and_results_page_are_what_make_report_writes():
     assert proc.returncode == 0, proc.stderr
 
 
-def test_a_studys_lr_scan_is_no_ladder_evidence():
-    """The scan's runs are fitted like any ladder (its own tables), but they only choose LRs: no trend of theirs
-    reaches the README or docs/results.md, and their fit has no robustness panel (a ladder's has)."""
+def test_a_studys_lr_scan_and_an_lr_transfer_experiment_are_no_ladder_evidence():
+    """The scan's runs, and the planned runs of an LR-transfer claim's experiment, are fitted like any ladder (their
+    own tables), but no trend of theirs is read: none reaches the README or docs/results.md, and their fits have no
+    robustness panel (a ladder's has)."""
     from mbexp.analysis.ladder.render import ladder_trends
+    from mbexp.claims.parse import no_trend_read
 
-    assert (RESULTS / "tables" / "ladder_wsd_cpu_scan_fit.csv").is_file()
+    unread = {"ladder_wsd_cpu_scan", "width_lr_mup_cpu_scan", "width_lr_mup_cpu", "width_lr_sp_cpu"}
+    assert unread <= no_trend_read(RESULTS) and not {"ladder_wsd_cpu", "mup_ladder_cpu"} & no_trend_read(RESULTS)
     panel = "Robustness panel: "
-    assert panel in (RESULTS / "tables" / "ladder_wsd_cpu_fit.md").read_text(encoding="utf-8")
-    for scan in ("ladder_wsd_cpu_scan", "width_lr_mup_cpu_scan"):
-        assert panel not in (RESULTS / "tables" / f"{scan}_fit.md").read_text(encoding="utf-8"), scan
+    for ladder in ("ladder_wsd_cpu", "mup_ladder_cpu"):
+        assert panel in (RESULTS / "tables" / f"{ladder}_fit.md").read_text(encoding="utf-8"), ladder
+    for experiment in unread:
+        fit = (RESULTS / "tables" / f"{experiment}_fit.md").read_text(encoding="utf-8")
+        assert "| m along the ladder |" in fit and panel not in fit, experiment
     experiments = {t["experiment"] for t in ladder_trends(RESULTS)}
-    assert "ladder_cpu" in experiments and not any(e.endswith("_scan") for e in experiments)
+    assert {"ladder_cpu", "mup_ladder_cpu"} <= experiments and not experiments & unread
     for page in (REPO / "README.md", REPO / "docs" / "results.md"):
-        assert "ladder_wsd_cpu_scan |" not in page.read_text(encoding="utf-8")
+        text = page.read_text(encoding="utf-8")
+        assert not [e for e in unread if f"| {e} |" in text or f"| geglu over relu | {e}," in text], page

@@ -9,16 +9,17 @@ from mbexp.analysis.files import DECISION, FIT, SCAN, figure_path, table_path
 from mbexp.analysis.ladder import decision, scaling
 from mbexp.analysis.ladder import render as ladder_render
 from mbexp.analysis.table import Table
+from mbexp.claims.parse import no_trend_read
 from mbexp.claims.result import Result
 from mbexp.io import atomic_write, write_text
-from mbexp.study.spec import load_studies, scan_experiments
+from mbexp.study.spec import load_studies
 
 
 def write_outputs(results_dir, tables: dict[str, Table], resamples: int = scaling.RESAMPLES) -> dict[str, list[Path]]:
     """Write every experiment's tables and figures (`resamples`: a ladder fit's bootstrap refits); returns the paths
     per experiment (tables first)."""
     written = {}
-    scans = scan_experiments(results_dir)
+    no_panel = no_trend_read(results_dir)
     for exp, table in tables.items():
         texts = {"md": render.to_markdown(table), "csv": render.to_csv(table), "tex": render.to_latex(table)}
         paths = []
@@ -28,8 +29,8 @@ def write_outputs(results_dir, tables: dict[str, Table], resamples: int = scalin
         for name, fig in figures.figures(table).items():
             paths.append(figure_path(results_dir, f"{exp}_{name}"))
             atomic_write(paths[-1], lambda tmp, fig=fig: figures.save(fig, tmp))
-        # a ladder: tables/<exp>_fit.*, figures/<exp>_ladder.png; a scan's runs only choose LRs: no panel for its trend
-        paths += write_ladder(results_dir, table, resamples, panel=exp not in scans)
+        # a ladder: tables/<exp>_fit.*, figures/<exp>_ladder.png; no panel where no trend of the runs is read
+        paths += write_ladder(results_dir, table, resamples, panel=exp not in no_panel)
         paths += write_decision(results_dir, table)  # and tables/<exp>_decision.*, figures/<exp>_decision.png
         _remove_stale(results_dir, exp, paths)
         written[exp] = paths

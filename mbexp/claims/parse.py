@@ -16,7 +16,7 @@ from mbexp.claims.file import SEED_LIST, claims_path, finite_number, parse_yaml,
 from mbexp.claims.statistics import STATISTICS
 from mbexp.claims.vocabulary import DEFAULT_MARGIN, HYPOTHESES, MARGIN_RULE, valid_margin
 from mbexp.io import is_int, read_yaml
-from mbexp.study.spec import SCAN_SUFFIX, parse_studies
+from mbexp.study.spec import SCAN_SUFFIX, parse_studies, scan_experiments
 
 log = logging.getLogger(__name__)
 
@@ -230,3 +230,11 @@ def scan_experiment(claim: Claim) -> str | None:
     if not claim.study or claim.protocol.get("scan_of"):
         return None
     return claim.experiment + SCAN_SUFFIX
+
+
+def no_trend_read(results_dir) -> set[str]:
+    """The experiments whose runs no trend is read from: the declared studies' scans (they choose LRs) and the
+    experiments of LR-transfer claims (statistic: transfer; the claim reads the scan, the planned runs confirm it)."""
+    path = claims_path(results_dir)
+    transfer = {c.experiment for c in load_claims(path) if STATISTICS[c.statistic].transfer} if path else set()
+    return scan_experiments(results_dir) | transfer

@@ -13,9 +13,10 @@ from mbexp.analysis.files import FIT, found
 from mbexp.analysis.ladder.powerlaw import ALPHA_BOUNDS, Curve
 from mbexp.analysis.ladder.scaling import LEVEL, SHOWN, Ladder, ranking
 from mbexp.analysis.render import fmt
+from mbexp.claims.parse import no_trend_read
 from mbexp.claims.result import short
 from mbexp.claims.vocabulary import UNRESOLVED
-from mbexp.study.spec import load_studies, scan_experiments
+from mbexp.study.spec import load_studies
 
 LEGEND = ("α, E, A: the fitted L(C) = E + A·C^-α (bounded α in (0, 2], E in [0, least mean loss); at bound: the "
           "data did not pin it). RMS resid.: root mean square of mean loss − fitted loss over the curve's points, "
@@ -167,10 +168,10 @@ def to_csv(ladder: Ladder) -> str:
 def ladder_trends(results_dir) -> list[dict]:
     """Per ladder (results/tables/<exp>_fit.csv), variant and budget: the compute multiplier vs the baseline at the
     smallest and the largest size and its trend along the ladder, as `make table` computed them. A declared study's
-    LR scan is left out: it chooses the LRs, its own study is the evidence."""
-    out, scans = [], scan_experiments(results_dir)
+    LR scan, and an LR-transfer claim's experiment, are left out: no trend of theirs is read (`no_trend_read`)."""
+    out, skipped = [], no_trend_read(results_dir)
     for experiment, path in found(results_dir, FIT, "csv"):
-        if experiment in scans:
+        if experiment in skipped:
             continue
         fit = pd.read_csv(path)
         if "trend" not in fit:
