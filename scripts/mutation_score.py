@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         again = (UNCAUGHT if args.again else ()) + (("timeout",) if args.timeouts else ())
         run(args.modules, args.jobs, args.tests, again)
-    rep = report(args.modules)
+    rep = report(args.modules if args.command == "report" else None)  # a run's report: every module, not its own
     OUT.mkdir(parents=True, exist_ok=True)
     if SELECTION.exists():
         save_ledger(SELECTION.read_text().strip())

@@ -83,3 +83,19 @@ def test_every_mutants_tests_share_one_token_cache_except_a_mutant_of_the_code_t
     assert shared_token_cache({"MUTANT_UNDER_TEST": "mbexp.trainer.x_train__mutmut_3"}) is None  # a plain session
     assert {f"mbexp.{f.removesuffix('.py')}." for f in ms.TOKEN_CODE} == set(TOKEN_BUILDERS)
     assert ms.shared_token_cache().parent == ms.STORE and ms.shared_token_cache().name.startswith("token_cache-")
+
+
+def test_a_run_over_some_modules_reports_every_module_and_report_reports_the_chosen(tmp_path, monkeypatch):
+    # a run stopped part-way through a few modules must not leave a report of those modules only
+    monkeypatch.setattr(ms, "ROOT", tmp_path)
+    monkeypatch.setattr(ms, "run", lambda *args: None)
+    monkeypatch.chdir(tmp_path)
+    write_meta(ms.STORE / "mbexp" / "schedule.py.meta", {KEYS[0]: 1, KEYS[1]: None}, {"x_lr_at": "aaa"})
+    write_meta(ms.STORE / "mbexp" / "data.py.meta", {"mbexp.data.x_g__mutmut_1": 1}, {"x_g": "ddd"})
+    ms.main(["run", "--modules", "mbexp/schedule.py"])
+    rep = json.loads((ms.OUT / "report.json").read_text())
+    assert rep["modules"] == "all" and [r["module"] for r in rep["rows"]] == ["mbexp.data", "mbexp.schedule"]
+    assert rep["not_run"] == 1 and rep["partial"]
+    ms.main(["report", "--modules", "mbexp/data.py"])
+    rep = json.loads((ms.OUT / "report.json").read_text())
+    assert rep["modules"] == ["mbexp/data.py"] and [r["module"] for r in rep["rows"]] == ["mbexp.data"]
