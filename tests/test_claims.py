@@ -426,3 +426,15 @@ def test_a_claims_text_or_file_with_a_yaml_error_names_itself_the_line_and_the_c
         load_claims(tmp_path / "claims.yaml")
     assert str(err.value) == f"claims file {tmp_path / 'claims.yaml'}: not valid YAML on line 4 (claim b): " \
                              "expected ',' or '}', but got '<stream end>'"
+
+
+def test_a_claim_at_a_column_other_than_the_reference_is_tested_there(tmp_path):
+    # the table's reference column is 600 steps, where A's deficit against the baseline is 0.3 nats smaller
+    sweep(tmp_path)
+    for seed in range(3):
+        write_run(tmp_path, BASE, seed=seed, final=BASE_LOSS[seed] - 0.5, test=BASE_LOSS[seed] - 0.5, steps=600, **BIG)
+        write_run(tmp_path, A, seed=seed, final=ROWS[A][seed] - 0.2, test=ROWS[A][seed] - 0.2, steps=600, **BIG)
+    at_300 = result(tmp_path, rows=[A], at={"train.steps": 300}).comparisons[0].interval
+    at_600 = result(tmp_path, rows=[A], at={"train.steps": 600}).comparisons[0].interval
+    by_hand = statistics.mean(ROWS[A][:3]) - statistics.mean(BASE_LOSS[:3])
+    assert at_300.delta == pytest.approx(by_hand) and at_600.delta == pytest.approx(by_hand + 0.3)

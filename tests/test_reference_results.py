@@ -99,3 +99,9 @@ def test_a_studys_lr_scan_and_an_lr_transfer_experiment_are_no_ladder_evidence()
     for page in (REPO / "README.md", REPO / "docs" / "results.md"):
         text = page.read_text(encoding="utf-8")
         assert not [e for e in unread if f"| {e} |" in text or f"| geglu over relu | {e}," in text], page
+
+
+def test_without_a_claims_file_every_experiment_is_read_as_a_ladder(tmp_path):
+    from mbexp.claims.parse import no_trend_read
+
+    assert no_trend_read(tmp_path) == set()  # no studies, no LR-transfer claims
