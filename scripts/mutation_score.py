@@ -9,6 +9,7 @@ The store's results are kept in results/mutation/ledger.json (committed): a fres
 """
 
 import argparse
+import gc
 import hashlib
 import json
 import os
@@ -83,6 +84,7 @@ def run(modules: list[str] | None, jobs: int, tests: list[str] | None, again: tu
                             if meta["exit_code_by_key"] and selected(modules, p)])
 
     mm.tests_for_mutant_names = tests_of_selected
+    freeze_before_tests()
     explained = explanations()
     names = [n for n in rerun_names(load_store(), modules, again) if n not in explained]  # reviewed: not rerun
     if again and not names:
@@ -92,6 +94,20 @@ def run(modules: list[str] | None, jobs: int, tests: list[str] | None, again: tu
         mm._run(names, jobs)
     finally:
         save_ledger(selection)
+
+
+def freeze_before_tests() -> None:
+    """Freeze what the fork server loaded (the whole test suite, torch) before a mutant's tests run: statsmodels'
+    Holm calls gc.collect(), which would otherwise scan all of it at every call (most of a claims test's time)."""
+    from mutmut.runners.harness import PytestRunner
+
+    run_tests = PytestRunner.run_tests
+
+    def frozen(self, *, mutant_name, tests):
+        gc.freeze()
+        return run_tests(self, mutant_name=mutant_name, tests=tests)
+
+    PytestRunner.run_tests = frozen
 
 
 def shared_token_cache() -> Path:
