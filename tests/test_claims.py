@@ -22,6 +22,7 @@ from mbexp.claims.evaluate import evaluate
 from mbexp.claims.file import parse_yaml
 from mbexp.claims.parse import load_claims, load_claims_text, parse_claim
 from mbexp.claims.result import Result
+from mbexp.claims.statistics import STATISTICS
 from mbexp.io import read_yaml
 
 A, B, C = "layer-pre-geglu-matched", "layer-pre-swiglu-matched", "layer-pre-reglu-matched"
@@ -438,3 +439,24 @@ def test_a_claim_at_a_column_other_than_the_reference_is_tested_there(tmp_path):
     at_600 = result(tmp_path, rows=[A], at={"train.steps": 600}).comparisons[0].interval
     by_hand = statistics.mean(ROWS[A][:3]) - statistics.mean(BASE_LOSS[:3])
     assert at_300.delta == pytest.approx(by_hand) and at_600.delta == pytest.approx(by_hand + 0.3)
+
+
+def test_a_claim_at_a_smaller_budget_reads_that_budgets_cell_on_its_planned_seeds(tmp_path):
+    # the reference column (600 steps) lacks A's seed 2 and tried one LR; at 300 steps A has every planned seed
+    # and two LRs, and an unplanned seed 3 that the compute multiplier must not pool
+    for steps, lrs, a_seeds in [(300, (1e-3, 3e-3), range(4)), (600, (3e-3,), range(2))]:
+        for lr in lrs:
+            for seed in range(4):
+                base = BASE_LOSS[seed] - steps / 600 + (lr == 1e-3) * 0.1
+                write_run(tmp_path, BASE, seed=seed, final=base, test=base, steps=steps, lr=lr, **BIG)
+                if seed in a_seeds:
+                    a = ROWS[A][seed] - steps / 600 + (lr == 1e-3) * 0.1 - 0.1 * (seed == 3)
+                    write_run(tmp_path, A, seed=seed, final=a, test=a, steps=steps, lr=lr, **BIG)
+    r = result(tmp_path, rows=[A], at={"train.steps": 300}, conditions={"own_lr": True})
+    assert r.present[A] == [0, 1, 2, 3] and r.unmet == [] and r.verdict != "not tested as declared"
+    assert r.comparisons[0].ceq["ceq_n"] == 3  # the planned seeds only
+    assert r.runs_read == 12  # both LRs of both rows at 300 steps, planned seeds: what the standing reads
+    quick = table.build_tables(tmp_path)["quick"]
+    scan = quick.runs[quick.runs["label"] == A].head(2)  # a study's scan runs of A: read for the standing too
+    with_scan = family.tested(STATISTICS["delta"], claim(rows=[A], at={"train.steps": 300}), quick, scan=scan)
+    assert with_scan.runs_read == 14 and with_scan.standing == "exploratory"
