@@ -135,9 +135,12 @@ def test_sensitivity_claim_reads_each_rows_warmup_sensitivity(tmp_path):
             write_run(tmp_path, "layer-post-relu-matched", seed=seed, warmup=warmup, final=loss + 0.01 * seed,
                       test=loss + 0.02 * seed, **BIG)
             write_run(tmp_path, BASE, seed=seed, warmup=warmup, final=5.9 - 0.001 * seed, test=5.9, **BIG)
+    for warmup in (0, 25, 100):  # another row's extra seed is not one of this claim's rows' seeds
+        write_run(tmp_path, BASE, seed=3, warmup=warmup, final=5.9, test=5.9, **BIG)
     post = result(tmp_path, rows=["layer-post-relu-matched"], statistic="sensitivity", hypothesis="worse",
                   baseline=None)
     assert post.comparisons[0].interval.delta == pytest.approx(0.4) and post.verdict == "agrees"
+    assert post.present == {"layer-post-relu-matched": [0, 1, 2]} and post.added == []
     row = table.build_tables(tmp_path)["quick"].rows.set_index("label").loc["layer-post-relu-matched"]
     assert row["sensitivity"] == pytest.approx(post.comparisons[0].interval.delta)
 
@@ -455,6 +458,7 @@ def test_a_claim_at_a_smaller_budget_reads_that_budgets_cell_on_its_planned_seed
     r = result(tmp_path, rows=[A], at={"train.steps": 300}, conditions={"own_lr": True})
     assert r.present[A] == [0, 1, 2, 3] and r.unmet == [] and r.verdict != "not tested as declared"
     assert r.comparisons[0].ceq["ceq_n"] == 3  # the planned seeds only
+    assert r.added[0].n == 4  # every seed present, apart: at 300 steps too
     assert r.runs_read == 12  # both LRs of both rows at 300 steps, planned seeds: what the standing reads
     quick = table.build_tables(tmp_path)["quick"]
     scan = quick.runs[quick.runs["label"] == A].head(2)  # a study's scan runs of A: read for the standing too
