@@ -455,6 +455,8 @@ def test_a_claim_at_a_smaller_budget_reads_that_budgets_cell_on_its_planned_seed
                 if seed in a_seeds:
                     a = ROWS[A][seed] - steps / 600 + (lr == 1e-3) * 0.1 - 0.1 * (seed == 3)
                     write_run(tmp_path, A, seed=seed, final=a, test=a, steps=steps, lr=lr, **BIG)
+    for seed in range(3):  # a row of the table outside the claim: none of its runs is read
+        write_run(tmp_path, C, seed=seed, final=ROWS[C][seed], test=ROWS[C][seed], lr=3e-3, **BIG)
     r = result(tmp_path, rows=[A], at={"train.steps": 300}, conditions={"own_lr": True})
     assert r.present[A] == [0, 1, 2, 3] and r.unmet == [] and r.verdict != "not tested as declared"
     assert r.comparisons[0].ceq["ceq_n"] == 3  # the planned seeds only
