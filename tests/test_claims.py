@@ -94,6 +94,7 @@ def test_a_claim_past_one_epoch_says_so(tmp_path):
     assert past.verdict == "not tested as declared"
     within = tmp_path / "within"
     sweep(within)
+    sweep(within, seeds=[3], train_tokens=250_000, epochs=2.4576)  # a seed beyond the plan is not read for it
     assert not any("epoch" in q for q in result(within).qualifiers)
 
 
@@ -263,6 +264,7 @@ def test_unmet_conditions_read_not_tested_as_declared(tmp_path):
     assert result(tmp_path / "unplanned").unmet == []
     diverged = tmp_path / "planned"
     assert result(diverged).unmet == ["planned runs missing: swiglu seed 2", "1 diverged planned run"]
+    assert result(diverged).tags == ["runs missing", "diverged runs"]
     assert result(diverged).verdict == "not tested as declared"
 
 
@@ -330,6 +332,7 @@ def test_needs_warmup_requires_the_sensitivity_beyond_its_margin_two_sided(tmp_p
     added = result(tmp_path / "added", statistic="sensitivity", hypothesis="worse", rows=[PRE], baseline=None)
     assert added.comparisons[0].n == 3 and added.comparisons[0].interval.delta == pytest.approx(0.03)
     assert added.added[0].n == 4 and added.added[0].interval.delta == pytest.approx(0.0225)  # shown apart: all seeds
+    assert added.tags[0] == "seeds added"
 
 
 def test_beyond_margin_is_below_alpha_exactly_when_the_95_interval_clears_the_margin():
