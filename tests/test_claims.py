@@ -469,3 +469,13 @@ def test_a_claim_at_a_smaller_budget_reads_that_budgets_cell_on_its_planned_seed
     scan = quick.runs[quick.runs["label"] == A].head(2)  # a study's scan runs of A: read for the standing too
     with_scan = family.tested(STATISTICS["delta"], claim(rows=[A], at={"train.steps": 300}), quick, scan=scan)
     assert with_scan.runs_read == 14 and with_scan.standing == "exploratory"
+
+
+def test_a_studys_own_lr_column_decides_the_own_lr_condition(tmp_path):
+    for lr in (1e-3, 3e-3):  # two LRs per row: each row's own by the table's reading alone
+        sweep(tmp_path, lr=lr)
+    quick = table.build_tables(tmp_path)["quick"]
+    assert evaluate([claim(conditions={"own_lr": True})], {"quick": quick})[0].unmet == []
+    quick.rows["lr_own"] = quick.rows["label"] != A  # the study's reading (analysis.studies): A's LR is not its own
+    r = evaluate([claim(conditions={"own_lr": True})], {"quick": quick})[0]
+    assert r.unmet == ["not at their own tuned LR: 1 of 3 rows (one lr: 0.001)"]  # the LR chosen
