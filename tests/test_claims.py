@@ -257,6 +257,12 @@ def test_unmet_conditions_read_not_tested_as_declared(tmp_path):
     for lr in (1e-3, 1e-2):  # a second LR for every row: each row now has its own tuned LR
         sweep(tmp_path, lr=lr)
     assert result(tmp_path, conditions={"own_lr": True}).unmet == []
+    for lr in (1e-3, 3e-3):  # a tuned table where B tried one LR only: B alone is not at its own
+        sweep(tmp_path / "one", lr=lr, rows={A: ROWS[A]} if lr == 1e-3 else ROWS)
+    assert result(tmp_path / "one", conditions={"own_lr": True}).unmet == [
+        "not at their own tuned LR: 1 of 3 rows (one lr: 0.001, 0.003)"]  # the LRs chosen
+    sweep(tmp_path / "none", seeds=[3])  # no planned run finished: no LR to name
+    assert result(tmp_path / "none", conditions={"own_lr": True}).unmet[-1] == "not at their own tuned LR: 3 of 3 rows"
     for name, seed in (("unplanned", 3), ("planned", 2)):  # B's run at that seed diverged
         sweep(tmp_path / name, rows={A: ROWS[A], B: ROWS[B][:seed] + [0.0] * (3 - seed)}, seeds=range(seed))
         sweep(tmp_path / name, rows={A: ROWS[A]}, seeds=range(seed, 3))
