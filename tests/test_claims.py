@@ -259,8 +259,9 @@ def test_unmet_conditions_read_not_tested_as_declared(tmp_path):
     assert result(tmp_path, conditions={"own_lr": True}).unmet == []
     for lr in (1e-3, 3e-3):  # a tuned table where B tried one LR only: B alone is not at its own
         sweep(tmp_path / "one", lr=lr, rows={A: ROWS[A]} if lr == 1e-3 else ROWS)
-    assert result(tmp_path / "one", conditions={"own_lr": True}).unmet == [
-        "not at their own tuned LR: 1 of 3 rows (one lr: 0.001, 0.003)"]  # the LRs chosen
+    one = result(tmp_path / "one", conditions={"own_lr": True})
+    assert one.unmet == ["not at their own tuned LR: 1 of 3 rows (one lr: 0.001, 0.003)"]  # the LRs chosen
+    assert one.tags == ["LR not tuned per row"]
     sweep(tmp_path / "none", seeds=[3])  # no planned run finished: no LR to name
     assert result(tmp_path / "none", conditions={"own_lr": True}).unmet[-1] == "not at their own tuned LR: 3 of 3 rows"
     for name, seed in (("unplanned", 3), ("planned", 2)):  # B's run at that seed diverged
@@ -271,6 +272,11 @@ def test_unmet_conditions_read_not_tested_as_declared(tmp_path):
     diverged = tmp_path / "planned"
     assert result(diverged).unmet == ["planned runs missing: swiglu seed 2", "1 diverged planned run"]
     assert result(diverged).tags == ["runs missing", "diverged runs"]
+    sweep(tmp_path / "two", rows={A: ROWS[A], B: ROWS[B][:1]}, seeds=[0])
+    sweep(tmp_path / "two", rows={A: ROWS[A]}, seeds=[1, 2])
+    for seed in (1, 2):
+        write_run(tmp_path / "two", B, seed=seed, final=None, status="diverged", **BIG)
+    assert result(tmp_path / "two").unmet == ["planned runs missing: swiglu seed 1, 2", "2 diverged planned runs"]
     assert result(diverged).verdict == "not tested as declared"
 
 
