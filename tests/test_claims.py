@@ -329,6 +329,8 @@ def test_the_warmup_edge_flag_needs_two_settings_and_reads_only_the_planned_seed
     _warmup_runs(tmp_path / "added", [0, 0, 0, 3.0], [0, 0, 0, 3.0], seeds=[3])  # at 0 and 25: 3.0, 1.5 worse
     added = table.build_tables(tmp_path / "added")["quick"]
     assert not family._edge(added, PRE, [0, 1, 2]) and family._edge(added, PRE, [0, 1, 2, 3])
+    claim_on_added = result(tmp_path / "added", statistic="sensitivity", hypothesis="worse", rows=[PRE], baseline=None)
+    assert claim_on_added.present[PRE] == [0, 1, 2, 3] and "best warm-up at grid edge" not in claim_on_added.tags
 
 def test_needs_warmup_requires_the_sensitivity_beyond_its_margin_two_sided(tmp_path):
     _warmup_runs(tmp_path, [0.40, 0.35, 0.45], [0.03, 0.02, 0.04])
@@ -491,3 +493,11 @@ def test_a_studys_own_lr_column_decides_the_own_lr_condition(tmp_path):
     quick.rows["lr_own"] = quick.rows["label"] != A  # the study's reading (analysis.studies): A's LR is not its own
     r = evaluate([claim(conditions={"own_lr": True})], {"quick": quick})[0]
     assert r.unmet == ["not at their own tuned LR: 1 of 3 rows (one lr: 0.001)"]  # the LR chosen
+
+
+def test_a_claim_on_runs_without_a_test_split_says_it_reads_validation(tmp_path):
+    sweep(tmp_path, legacy=True)  # runs of the first schema: no test split, so the table reports validation
+    r = result(tmp_path)
+    assert "validation split (runs without a test split)" in r.qualifiers and r.tags[-1] == "validation split"
+    sweep(tmp_path / "test")
+    assert not any("validation" in q for q in result(tmp_path / "test").qualifiers)
