@@ -501,3 +501,17 @@ def test_a_claim_on_runs_without_a_test_split_says_it_reads_validation(tmp_path)
     assert "validation split (runs without a test split)" in r.qualifiers and r.tags[-1] == "validation split"
     sweep(tmp_path / "test")
     assert not any("validation" in q for q in result(tmp_path / "test").qualifiers)
+
+
+def test_a_claim_names_its_rows_at_an_lr_grid_edge_and_their_slow_starting_seeds(tmp_path):
+    for seed in range(5):  # A's seed 4 starts slowly: its early loss is far above the other seeds'
+        write_run(tmp_path, BASE, seed=seed, final=5.0 + 0.01 * seed, test=5.0 + 0.01 * seed,
+                  early_val_loss=6.0 + 0.01 * seed, **BIG)
+        write_run(tmp_path, A, seed=seed, final=4.9 + 0.01 * seed, test=4.9 + 0.01 * seed,
+                  early_val_loss=9.0 if seed == 4 else 6.0 + 0.01 * seed, **BIG)
+    quick = table.build_tables(tmp_path)["quick"]
+    quick.rows["lr_edge"] = quick.rows["label"].map({A: "high"}).fillna("")  # as a study's scan reads it
+    r = evaluate([claim(rows=[A], seeds=[0, 1, 2, 3, 4])], {"quick": quick})[0]
+    assert r.qualifiers[:2] == ["best LR at an end of the scan's grid for geglu (high): the optimum may lie beyond it",
+                                "slow start (shown, not dropped): geglu seed 4"]
+    assert r.tags[:2] == ["LR at grid edge", "slow starts"] and r.comparisons[0].slow == {A: [4], BASE: []}
