@@ -506,12 +506,20 @@ def test_a_claim_on_runs_without_a_test_split_says_it_reads_validation(tmp_path)
 def test_a_claim_names_its_rows_at_an_lr_grid_edge_and_their_slow_starting_seeds(tmp_path):
     for seed in range(5):  # A's seed 4 starts slowly: its early loss is far above the other seeds'
         write_run(tmp_path, BASE, seed=seed, final=5.0 + 0.01 * seed, test=5.0 + 0.01 * seed,
-                  early_val_loss=6.0 + 0.01 * seed, **BIG)
+                  early_val_loss=9.0 if seed == 0 else 6.0 + 0.01 * seed, **BIG)
         write_run(tmp_path, A, seed=seed, final=4.9 + 0.01 * seed, test=4.9 + 0.01 * seed,
                   early_val_loss=9.0 if seed == 4 else 6.0 + 0.01 * seed, **BIG)
     quick = table.build_tables(tmp_path)["quick"]
     quick.rows["lr_edge"] = quick.rows["label"].map({A: "high"}).fillna("")  # as a study's scan reads it
     r = evaluate([claim(rows=[A], seeds=[0, 1, 2, 3, 4])], {"quick": quick})[0]
     assert r.qualifiers[:2] == ["best LR at an end of the scan's grid for geglu (high): the optimum may lie beyond it",
-                                "slow start (shown, not dropped): geglu seed 4"]
-    assert r.tags[:2] == ["LR at grid edge", "slow starts"] and r.comparisons[0].slow == {A: [4], BASE: []}
+                                "slow start (shown, not dropped): geglu seed 4; relu seed 0"]
+    assert r.tags[:2] == ["LR at grid edge", "slow starts"] and r.comparisons[0].slow == {A: [4], BASE: [0]}
+
+
+def test_a_comparisons_n_is_its_paired_seeds_or_else_the_smaller_side():
+    a = pd.Series([4.8, 4.9, 5.0, 5.1], index=[0, 1, 2, 3])
+    paired = family.compared(claim(rows=[A]), [((A, BASE), a, pd.Series([5.0, 5.1, 5.2, 5.0], index=[0, 1, 2, 4]))])
+    assert paired[0].interval.method == "paired" and paired[0].n == 3  # seeds 0-2 on both sides
+    welch = family.compared(claim(rows=[A]), [((A, BASE), a, pd.Series([5.0, 5.1, 5.2], index=[5, 6, 7]))])
+    assert welch[0].interval.method != "paired" and welch[0].n == 3  # no seed in common: the smaller side
