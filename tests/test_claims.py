@@ -523,3 +523,13 @@ def test_a_comparisons_n_is_its_paired_seeds_or_else_the_smaller_side():
     assert paired[0].interval.method == "paired" and paired[0].n == 3  # seeds 0-2 on both sides
     welch = family.compared(claim(rows=[A]), [((A, BASE), a, pd.Series([5.0, 5.1, 5.2], index=[5, 6, 7]))])
     assert welch[0].interval.method != "paired" and welch[0].n == 3  # no seed in common: the smaller side
+
+
+def test_a_replications_two_looks_double_every_p_of_its_family():
+    base = pd.Series([5.0, 5.1, 5.2, 5.0])
+    sided = [((A, BASE), base - 0.1 + pd.Series([0.01, -0.01, 0.0, 0.005]), base),  # beyond the margin
+             ((B, BASE), base + pd.Series([0.001, -0.001, 0.002, 0.0]), base)]  # equivalent within it
+    one, two = (family.compared(claim(rows=[A, B]), sided, looks=looks) for looks in (1, 2))
+    for key in ("p_holm", "tost_holm", "beyond_holm"):
+        got, single = [getattr(c, key) for c in two], [getattr(c, key) for c in one]
+        assert min(single) < 0.25 and got == pytest.approx([min(1.0, 2 * v) for v in single]), key
