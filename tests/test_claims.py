@@ -329,8 +329,6 @@ def test_the_warmup_edge_flag_needs_two_settings_and_reads_only_the_planned_seed
     _warmup_runs(tmp_path / "added", [0, 0, 0, 3.0], [0, 0, 0, 3.0], seeds=[3])  # at 0 and 25: 3.0, 1.5 worse
     added = table.build_tables(tmp_path / "added")["quick"]
     assert not family._edge(added, PRE, [0, 1, 2]) and family._edge(added, PRE, [0, 1, 2, 3])
-    claim_on_added = result(tmp_path / "added", statistic="sensitivity", hypothesis="worse", rows=[PRE], baseline=None)
-    assert claim_on_added.present[PRE] == [0, 1, 2, 3] and "best warm-up at grid edge" not in claim_on_added.tags
 
 def test_needs_warmup_requires_the_sensitivity_beyond_its_margin_two_sided(tmp_path):
     _warmup_runs(tmp_path, [0.40, 0.35, 0.45], [0.03, 0.02, 0.04])
@@ -533,3 +531,12 @@ def test_a_replications_two_looks_double_every_p_of_its_family():
     for key in ("p_holm", "tost_holm", "beyond_holm"):
         got, single = [getattr(c, key) for c in two], [getattr(c, key) for c in one]
         assert min(single) < 0.25 and got == pytest.approx([min(1.0, 2 * v) for v in single]), key
+
+
+def test_a_sensitivity_claim_reads_the_warmup_edge_on_its_planned_seeds(tmp_path):
+    """The claim-level flag of test_the_warmup_edge_flag_needs_two_settings_and_reads_only_the_planned_seeds: an
+    unplanned seed that moves the best warm-up to the grid's end does not flag the claim."""
+    _warmup_runs(tmp_path, [0.40, 0.35, 0.45], [0.40, 0.35, 0.45], best=25)
+    _warmup_runs(tmp_path, [0, 0, 0, 3.0], [0, 0, 0, 3.0], seeds=[3])
+    r = result(tmp_path, statistic="sensitivity", hypothesis="worse", rows=[PRE], baseline=None)
+    assert r.present[PRE] == [0, 1, 2, 3] and "best warm-up at grid edge" not in r.tags
