@@ -99,3 +99,20 @@ def test_a_run_over_some_modules_reports_every_module_and_report_reports_the_cho
     ms.main(["report", "--modules", "mbexp/data.py"])
     rep = json.loads((ms.OUT / "report.json").read_text())
     assert rep["modules"] == ["mbexp/data.py"] and [r["module"] for r in rep["rows"]] == ["mbexp.data"]
+
+
+def test_a_mutants_tests_start_with_the_fork_servers_objects_frozen(monkeypatch):
+    # statsmodels' Holm calls gc.collect(): unfrozen, each call would scan all the fork server loaded
+    import gc
+
+    from mutmut.runners.harness import PytestRunner
+
+    seen = []
+    monkeypatch.setattr(PytestRunner, "run_tests",
+                        lambda self, *, mutant_name, tests: seen.append((mutant_name, tests, gc.get_freeze_count())))
+    ms.freeze_before_tests()
+    try:
+        PytestRunner.run_tests(None, mutant_name="mbexp.schedule.x_f__mutmut_1", tests=["t"])
+    finally:
+        gc.unfreeze()
+    assert seen[0][:2] == ("mbexp.schedule.x_f__mutmut_1", ["t"]) and seen[0][2] > 0
