@@ -540,3 +540,15 @@ def test_a_sensitivity_claim_reads_the_warmup_edge_on_its_planned_seeds(tmp_path
     _warmup_runs(tmp_path, [0, 0, 0, 3.0], [0, 0, 0, 3.0], seeds=[3])
     r = result(tmp_path, statistic="sensitivity", hypothesis="worse", rows=[PRE], baseline=None)
     assert r.present[PRE] == [0, 1, 2, 3] and "best warm-up at grid edge" not in r.tags
+
+
+def test_a_claim_without_at_reads_the_reference_column_and_a_sensitivity_claim_needs_warmups(tmp_path):
+    sweep(tmp_path)
+    sweep(tmp_path, steps=600)  # two budgets: a claim without `at` reads the reference, 600 steps
+    r = result(tmp_path)
+    assert r.runs_read == 9 and r.verdict == "agrees"  # the three rows' runs at 600 steps, seeds 0-2
+    spans = result(tmp_path, statistic="sensitivity", rows=[A], baseline=None)  # budgets are no warm-up settings
+    assert spans.verdict == "not tested" and spans.qualifiers == ["quick has no column of warm-up settings"]
+    _warmup_runs(tmp_path / "two", [0.40, 0.35, 0.45], [0.03, 0.02, 0.04], warmups=(0, 100))
+    two = result(tmp_path / "two", statistic="sensitivity", hypothesis="worse", rows=[POST], baseline=None)
+    assert two.verdict == "agrees" and len(two.comparisons) == 1  # two warm-up settings are enough
