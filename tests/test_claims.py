@@ -547,8 +547,20 @@ def test_a_claim_without_at_reads_the_reference_column_and_a_sensitivity_claim_n
     sweep(tmp_path, steps=600)  # two budgets: a claim without `at` reads the reference, 600 steps
     r = result(tmp_path)
     assert r.runs_read == 9 and r.verdict == "agrees"  # the three rows' runs at 600 steps, seeds 0-2
+    assert result(tmp_path, at={"train.steps": 400}).qualifiers == ["quick has no column train.steps=400"]
     spans = result(tmp_path, statistic="sensitivity", rows=[A], baseline=None)  # budgets are no warm-up settings
     assert spans.verdict == "not tested" and spans.qualifiers == ["quick has no column of warm-up settings"]
     _warmup_runs(tmp_path / "two", [0.40, 0.35, 0.45], [0.03, 0.02, 0.04], warmups=(0, 100))
     two = result(tmp_path / "two", statistic="sensitivity", hypothesis="worse", rows=[POST], baseline=None)
     assert two.verdict == "agrees" and len(two.comparisons) == 1  # two warm-up settings are enough
+
+
+def test_a_claims_scan_experiment_is_its_own_studys_scan_only():
+    import dataclasses
+
+    from mbexp.claims.parse import scan_experiment
+
+    outside = claim()
+    assert outside.study == "" and scan_experiment(outside) is None
+    assert scan_experiment(dataclasses.replace(outside, study="s")) == "quick_scan"
+    assert scan_experiment(dataclasses.replace(outside, study="s", protocol={"scan_of": "t"})) is None  # t's scan
