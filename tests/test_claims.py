@@ -564,3 +564,16 @@ def test_a_claims_scan_experiment_is_its_own_studys_scan_only():
     assert outside.study == "" and scan_experiment(outside) is None
     assert scan_experiment(dataclasses.replace(outside, study="s")) == "quick_scan"
     assert scan_experiment(dataclasses.replace(outside, study="s", protocol={"scan_of": "t"})) is None  # t's scan
+
+
+def test_evaluate_reads_a_replication_pooled_with_the_claim_it_repeats(tmp_path):
+    for experiment, seeds in (("quick", range(3)), ("again", range(3, 6))):
+        for seed in seeds:
+            base, a = BASE_LOSS[seed % 4], ROWS[A][seed % 4]
+            write_run(tmp_path, BASE, seed=seed, final=base, test=base, experiment=experiment, **BIG)
+            write_run(tmp_path, A, seed=seed, final=a, test=a, experiment=experiment, **BIG)
+    first = claim(id="first", rows=[A])
+    rep = claim(id="rep", rows=[A], experiment="again", seeds=[3, 4, 5], replicates="first")
+    results = evaluate([first, rep], table.build_tables(tmp_path))
+    assert results[0].pooled is None and results[1].pooled.verdict == "agrees"
+    assert results[1].pooled.comparisons[0].n == 6  # both claims' planned seeds
