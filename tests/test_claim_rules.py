@@ -61,19 +61,26 @@ def test_a_claim_is_not_tested_only_when_none_of_its_comparisons_could_be():
     assert of("supports", "supports") == "agrees"
 
 
-def test_a_studys_comparisons_share_one_holm_family_beside_each_claims_own():
-    from mbexp.claims.evaluate import study_family
+def comparison(delta: float, p: float, spread: float = 0.004):
+    """A paired comparison over six seeds with Δ `delta`, p `p` and the seeds' spread `spread`."""
     from mbexp.claims.result import Comparison
 
-    def comparison(delta: float, p: float) -> Comparison:
-        samples = (delta + 0.004 * pd.Series([-1.0, 1.0, -0.5, 0.5, -0.2, 0.2]),)  # far outside ±0.02: no TOST
-        iv = stats.Interval(delta, delta - 0.01, delta + 0.01, se=0.004, df=5, p=p, method="paired", samples=samples)
-        return Comparison("r", "b", iv, iv, None, 6, p_holm=p, mark="better" if p < 0.05 else "not resolved")
+    samples = (delta + spread * pd.Series([-1.0, 1.0, -0.5, 0.5, -0.2, 0.2]),)
+    iv = stats.Interval(delta, delta - 0.01, delta + 0.01, se=spread, df=5, p=p, method="paired", samples=samples)
+    return Comparison("r", "b", iv, iv, None, 6, p_holm=p, mark="better" if p < 0.05 else "not resolved")
 
-    def claimed(study: str, *cs) -> SimpleNamespace:
-        claim = SimpleNamespace(study=study, margin=0.02, statistic="delta", protocol={})
-        return SimpleNamespace(claim=claim, comparisons=list(cs))
 
+def claimed(study: str, *cs, statistic: str = "delta", family: str | None = None) -> SimpleNamespace:
+    """A result of a claim of `study` (none: "") with comparisons `cs`, as study_family reads it."""
+    claim = SimpleNamespace(study=study, margin=0.02, statistic=statistic, hypothesis="better",
+                            protocol={"family": family} if family else {})
+    return SimpleNamespace(claim=claim, comparisons=list(cs), verdict="agrees", unmet=[], qualifiers=[])
+
+
+def test_a_studys_comparisons_share_one_holm_family_beside_each_claims_own():
+    from mbexp.claims.evaluate import study_family
+
+    # Δ -0.05, far outside ±0.02: no TOST
     a, b = claimed("s", comparison(-0.05, 0.01), comparison(-0.05, 0.02)), claimed("s", comparison(-0.05, 0.03))
     alone = claimed("", comparison(-0.05, 0.04))
     study_family([a, alone, b])
@@ -176,30 +183,20 @@ def test_each_study_is_its_own_family_and_its_marks_read_tost_only_where_the_sta
     from mbexp.claims.evaluate import study_family
     from mbexp.claims.result import Comparison
 
-    def comparison(delta: float, p: float, spread: float = 0.004) -> Comparison:
-        samples = (delta + spread * pd.Series([-1.0, 1.0, -0.5, 0.5, -0.2, 0.2]),)
-        iv = stats.Interval(delta, delta - 0.01, delta + 0.01, se=spread, df=5, p=p, method="paired", samples=samples)
-        return Comparison("r", "b", iv, iv, None, 6, p_holm=p, mark="better" if p < 0.05 else "not resolved")
-
-    def claimed(study: str, statistic: str, *cs, family: str | None = None) -> SimpleNamespace:
-        claim = SimpleNamespace(study=study, margin=0.02, statistic=statistic, hypothesis="better",
-                                protocol={"family": family} if family else {})
-        return SimpleNamespace(claim=claim, comparisons=list(cs), verdict="agrees", unmet=[], qualifiers=[])
-
     # two studies in one call: each is its own Holm family (three p of 0.02 would give 0.06 pooled)
-    s, t = claimed("s", "delta", comparison(-0.05, 0.02)), claimed("t", "delta", *(comparison(-0.05, 0.02),) * 2)
+    s, t = claimed("s", comparison(-0.05, 0.02)), claimed("t", *(comparison(-0.05, 0.02),) * 2)
     study_family([s, t])
     assert s.comparisons[0].p_holm_study == pytest.approx(0.02) and t.comparisons[0].p_holm_study == pytest.approx(0.04)
     # a zero difference inside the margin: equivalent where the statistic reads TOST (delta), not for sensitivity
     same = comparison(0.0, 1.0, spread=0.001)
-    sens = claimed("u", "sensitivity", comparison(0.0, 1.0, spread=0.001))
-    study_family([claimed("u", "delta", same), sens])
+    sens = claimed("u", comparison(0.0, 1.0, spread=0.001), statistic="sensitivity")
+    study_family([claimed("u", same), sens])
     assert same.mark_study.startswith("equiv") and sens.comparisons[0].mark_study == "not resolved"
     # no interval: the comparison keeps its own mark
     untested = Comparison("r", "b", stats.Interval(math.nan), stats.Interval(math.nan), None, 0, mark="no interval")
-    study_family([claimed("v", "delta", untested)])
+    study_family([claimed("v", untested)])
     assert untested.mark_study == "no interval"
     # a study of one claim declaring family: study reads it (its own family then has the same one p)
-    one = claimed("w", "delta", comparison(-0.05, 0.02), family="study")
+    one = claimed("w", comparison(-0.05, 0.02), family="study")
     study_family([one])
     assert one.comparisons[0].p_holm == pytest.approx(0.02) and one.verdict == "agrees"
