@@ -25,13 +25,17 @@ def test_holm_by_hand():
     # sorted 0.005·4 = 0.02, 0.01·3 = 0.03, 0.03·2 = 0.06, 0.04·1 = 0.04 -> kept monotone: 0.06
     assert adjusted[:4] == pytest.approx([0.03, 0.06, 0.06, 0.02])
     assert math.isnan(adjusted[4])
-    assert stats.holm([0.6, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1
-    assert gc.get_freeze_count() == 0 and gc.isenabled()  # the objects it froze for statsmodels' collect are thawed
-    gc.freeze()  # another caller's frozen objects stay frozen
+    outer = gc.get_freeze_count()
+    gc.unfreeze()  # from nothing frozen (a harness, as make mutants-full's, may have frozen its own); refrozen below
     try:
+        assert stats.holm([0.6, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1
+        assert gc.get_freeze_count() == 0 and gc.isenabled()  # what it froze for statsmodels' collect is thawed
+        gc.freeze()  # another caller's frozen objects stay frozen
         assert stats.holm([0.6, 0.9]) == pytest.approx([1.0, 1.0]) and gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
+        if outer:
+            gc.freeze()
 
 
 def test_holm_on_the_ffn_reference_p_values():
