@@ -171,3 +171,13 @@ def test_sensitivity_is_unknown_when_the_best_setting_reported_no_loss_and_honou
     at90 = stats.sensitivity(val, report, level=0.90)
     assert at90.delta == pytest.approx(0.4)
     assert at90.high - at90.delta == pytest.approx(2.919986 * 0.1 / math.sqrt(3))  # t(0.95, 2 df)
+
+
+def test_beyond_margin_at_zero_spread_and_inside_the_margin():
+    """p of H0 |Δ| ≤ margin: with no spread, 0 only strictly beyond the margin, else 1; inside it, capped at 1."""
+    flat = [stats.Interval(delta=d, se=0.0, df=2.0) for d in (0.05, -0.05, 0.02, 0.01)]
+    assert [stats.beyond_margin(iv, 0.02) for iv in flat] == [0.0, 0.0, 1.0, 1.0]
+    inside = stats.Interval(delta=0.0, se=0.01, df=3.0)  # twice the one-sided p exceeds 1 here
+    assert stats.beyond_margin(inside, 0.02) == 1.0
+    near = stats.Interval(delta=0.03, se=0.01, df=3.0)
+    assert stats.beyond_margin(near, 0.02) == pytest.approx(2 * scipy_stats.t.sf(1.0, 3.0))
