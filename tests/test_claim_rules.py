@@ -200,3 +200,35 @@ def test_each_study_is_its_own_family_and_its_marks_read_tost_only_where_the_sta
     one = claimed("w", comparison(-0.05, 0.02), family="study")
     study_family([one])
     assert one.comparisons[0].p_holm == pytest.approx(0.02) and one.verdict == "agrees"
+
+
+def test_one_comparisons_outcome_at_each_rules_boundary():
+    """outcome() on comparisons built so one rule decides: an untested side, p at exactly α (not below it), and a
+    sensitivity's direction and equivalence."""
+    from mbexp.claims.rules import outcome
+
+    def read(hypothesis, delta, mark, beyond, statistic="delta", p=0.01):
+        c = comparison(delta, p)
+        c.mark, c.beyond_holm = mark, beyond
+        return outcome(SimpleNamespace(hypothesis=hypothesis, statistic=statistic), c)
+
+    assert read("better", -0.1, "better", 0.01, p=math.nan) == "untested"  # no p, though an interval
+    assert read("equivalent", 0.05, "worse", stats.ALPHA) == "open"  # beyond the margin needs p below α
+    assert read("equivalent", 0.05, "worse", 0.01) == "contradicts"
+    assert read("better", 0.05, "worse", stats.ALPHA) == "open"
+    assert read("better", 0.05, "worse", 0.01) == "contradicts"
+    sens = dict(statistic="sensitivity")
+    assert read("better", -0.05, "better", stats.ALPHA, **sens) == "open"
+    assert read("better", -0.05, "better", 0.01, **sens) == "supports"
+    assert read("better", 0.05, "worse", 0.01, **sens) == "contradicts"  # resolved beyond it, the other way
+    assert read("worse", 0.05, "worse", 0.01, **sens) == "supports"
+    assert read("better", 0.0, "equivalent", 0.9, **sens) == "contradicts"  # within the margin
+
+
+def test_the_epochs_condition_names_its_tag_and_counts_epochs_in_words():
+    from mbexp.claims.rules import past_epochs
+
+    two = SimpleNamespace(max_epochs=2)
+    assert past_epochs(two, math.nan) == ("epochs unknown", "epochs not recorded (declared at most 2)")
+    assert past_epochs(two, 2.5) == ("> 2 epochs", "past 2 epochs (2.50 epochs)")
+    assert past_epochs(SimpleNamespace(max_epochs=1), 1.5) == ("> 1 epoch", "past 1 epoch (1.50 epochs)")
