@@ -169,3 +169,33 @@ def test_a_ladder_claim_reads_its_claims_files_history_and_its_studys_scan(tmp_p
         set(planned["label"]))]) > len(planned)
     why = next(q for q in got.qualifiers if q.startswith("exploratory:"))
     assert why.endswith("(its current declaration is not committed)"), why  # None: "not tracked by git"
+
+
+@pytest.mark.parametrize("claim_id, experiment", [("mup-lr-transfers-wide", "width_lr_mup_wide_cpu"),
+                                                  ("muon-beats-adamw-780", "muon_wsd_cpu")])
+def test_a_transfer_or_family_claim_reads_its_claims_files_history_and_its_studys_scan(tmp_path, claim_id,
+                                                                                      experiment):
+    """As the ladder test above, for evaluate_claim's other two branches: the reason read from the history, and
+    the scan's runs among those read."""
+    from test_declarations import git
+
+    from mbexp.claims.evaluate import scan_runs
+    from mbexp.claims.provenance import History
+
+    results = REPO / "results"
+    runs = collect_runs(results)
+    tables = table.tables_for(runs[runs["experiment"].isin([experiment, f"{experiment}_scan"])])
+    studies.annotate(tables, results)
+    claim = next(c for c in load_claims(results / "claims.yaml") if c.id == claim_id)
+    (tmp_path / "results").mkdir()
+    shutil.copy(results / "claims.yaml", tmp_path / "results" / "claims.yaml")
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "add", "results/claims.yaml")
+    git(tmp_path, "commit", "-q", "-m", "declare")
+    scan = scan_runs(claim, tables)
+    history = History(tmp_path / "results" / "claims.yaml")
+    got = evaluate_claim(claim, tables.get(experiment), history, scan)
+    alone = evaluate_claim(claim, tables.get(experiment), history, None)
+    assert got.standing == "exploratory" and got.runs_read > alone.runs_read
+    why = next(q for q in got.qualifiers if q.startswith("exploratory:"))
+    assert why.endswith("(its current declaration is not committed)"), why  # None: "not tracked by git"

@@ -423,3 +423,15 @@ def test_the_tables_by_pair_keep_a_size_without_a_choice_and_write_each_lr_as_th
     text = lr_scan.to_markdown(study, frame)
     assert "The chosen LR by model and ffn:\n\n| model | relu |\n|:---|---:|\n| m1 | 2.83e-05 |\n| m2 | — |\n" in text
     assert "by model and ffn:\n\n| model | relu |\n|:---|---:|\n| m1 | 2.6e-05 |\n| m2 | — |\n" in text
+
+
+def test_a_runs_own_cost_leaves_out_its_trunk_and_a_summary_with_text_for_a_number_is_not_costed():
+    from mbexp.analysis.studies import _counts, _own
+
+    branch = {"step": 300, "wall_time_s": 120.0, "tokens_seen": 614400, "branched": {"step": 240, "wall_time_s": 100.0}}
+    assert _own(branch) == (60, 20.0)
+    assert _own({"step": 600, "wall_time_s": None}) == (600, 0)  # no time recorded: none counted
+    assert _counts(branch) and _counts({"step": 600}) and _counts(branch | {"branched": {"wall_time_s": 1.0}})
+    for bad in ({"branched": {"step": "240", "wall_time_s": 100.0}}, {"branched": {"step": 240, "wall_time_s": "x"}},
+                {"tokens_seen": "many"}, {"wall_time_s": "x"}, {"branched": [240]}):
+        assert not _counts(branch | bad), bad
