@@ -141,42 +141,10 @@ def test_the_readmes_ladder_lines_read_each_ladders_largest_budget_and_skip_a_la
         "| geglu over relu | lad, train.steps=600 | **rises** | fit-free: the deficit shrinks with size (p 0.01) |"]
 
 
-def test_a_ladder_claim_reads_its_claims_files_history_and_its_studys_scan(tmp_path):
-    """evaluate_claim passes a trend claim's git history and scan runs on: the committed μP ladder's runs, read
-    against a repository whose claims file is tracked but holds no commit declaring it as it now reads (its
-    experiment's config is not there), are exploratory for that reason,
-    and the scan's runs are counted among those read."""
-    from test_declarations import git
-
-    from mbexp.claims.evaluate import scan_runs
-    from mbexp.claims.provenance import History
-
-    results = REPO / "results"
-    runs = collect_runs(results)
-    tables = table.tables_for(runs[runs["experiment"].isin(["mup_ladder_cpu", "mup_ladder_cpu_scan"])])
-    studies.annotate(tables, results)
-    claim = next(c for c in load_claims(results / "claims.yaml") if c.id == "mupladder-deficit-shrinks-600")
-    (tmp_path / "results").mkdir()
-    shutil.copy(results / "claims.yaml", tmp_path / "results" / "claims.yaml")
-    git(tmp_path, "init", "-q")
-    git(tmp_path, "add", "results/claims.yaml")
-    git(tmp_path, "commit", "-q", "-m", "declare")
-    scan = scan_runs(claim, tables)
-    got = evaluate_claim(claim, tables["mup_ladder_cpu"], History(tmp_path / "results" / "claims.yaml"), scan)
-    planned = tables["mup_ladder_cpu"].runs
-    planned = planned[planned["seed"].isin(claim.seeds) & (planned["steps"] == 600)]
-    assert got.standing == "exploratory" and got.runs_read == len(planned) + len(scan[scan["label"].isin(
-        set(planned["label"]))]) > len(planned)
-    why = next(q for q in got.qualifiers if q.startswith("exploratory:"))
-    assert why.endswith("(its current declaration is not committed)"), why  # None: "not tracked by git"
-
-
-@pytest.mark.parametrize("claim_id, experiment", [("mup-lr-transfers-wide", "width_lr_mup_wide_cpu"),
-                                                  ("muon-beats-adamw-780", "muon_wsd_cpu")])
-def test_a_transfer_or_family_claim_reads_its_claims_files_history_and_its_studys_scan(tmp_path, claim_id,
-                                                                                      experiment):
-    """As the ladder test above, for evaluate_claim's other two branches: the reason read from the history, and
-    the scan's runs among those read."""
+def declared_elsewhere(tmp_path, claim_id: str, experiment: str):
+    """A committed claim, its experiment's and scan's tables from the committed runs, the scan's runs, and the
+    history of a repository whose claims file is tracked but holds no commit declaring it as it now reads (its
+    experiment's config is not there): (claim, tables, scan, history)."""
     from test_declarations import git
 
     from mbexp.claims.evaluate import scan_runs
@@ -192,10 +160,36 @@ def test_a_transfer_or_family_claim_reads_its_claims_files_history_and_its_study
     git(tmp_path, "init", "-q")
     git(tmp_path, "add", "results/claims.yaml")
     git(tmp_path, "commit", "-q", "-m", "declare")
-    scan = scan_runs(claim, tables)
-    history = History(tmp_path / "results" / "claims.yaml")
+    return claim, tables, scan_runs(claim, tables), History(tmp_path / "results" / "claims.yaml")
+
+
+def exploratory_why(result) -> str:
+    return next(q for q in result.qualifiers if q.startswith("exploratory:"))
+
+
+def test_a_ladder_claim_reads_its_claims_files_history_and_its_studys_scan(tmp_path):
+    """evaluate_claim passes a trend claim's git history and scan runs on: the committed μP ladder's runs, read
+    against a repository that does not declare the claim as it reads (declared_elsewhere), are exploratory for
+    that reason, and the scan's runs are counted among those read."""
+    claim, tables, scan, history = declared_elsewhere(tmp_path, "mupladder-deficit-shrinks-600", "mup_ladder_cpu")
+    got = evaluate_claim(claim, tables["mup_ladder_cpu"], history, scan)
+    planned = tables["mup_ladder_cpu"].runs
+    planned = planned[planned["seed"].isin(claim.seeds) & (planned["steps"] == 600)]
+    assert got.standing == "exploratory" and got.runs_read == len(planned) + len(scan[scan["label"].isin(
+        set(planned["label"]))]) > len(planned)
+    why = exploratory_why(got)
+    assert why.endswith("(its current declaration is not committed)"), why  # None: "not tracked by git"
+
+
+@pytest.mark.parametrize("claim_id, experiment", [("mup-lr-transfers-wide", "width_lr_mup_wide_cpu"),
+                                                  ("muon-beats-adamw-780", "muon_wsd_cpu")])
+def test_a_transfer_or_family_claim_reads_its_claims_files_history_and_its_studys_scan(tmp_path, claim_id,
+                                                                                      experiment):
+    """As the ladder test above, for evaluate_claim's other two branches: the reason read from the history, and
+    the scan's runs among those read."""
+    claim, tables, scan, history = declared_elsewhere(tmp_path, claim_id, experiment)
     got = evaluate_claim(claim, tables.get(experiment), history, scan)
     alone = evaluate_claim(claim, tables.get(experiment), history, None)
     assert got.standing == "exploratory" and got.runs_read > alone.runs_read
-    why = next(q for q in got.qualifiers if q.startswith("exploratory:"))
+    why = exploratory_why(got)
     assert why.endswith("(its current declaration is not committed)"), why  # None: "not tracked by git"
