@@ -471,3 +471,142 @@ def test_cli_prints_statistics_then_hits_the_cache(tmp_path):
     assert "cache hit" in second.stdout
     assert len([p for p in (tmp_path / "cache").iterdir() if p.is_dir()]) == 1
     shutil.rmtree(tmp_path / "cache")
+
+
+# (f) what the cache build writes and says --------------------------------------------------------------------
+
+
+def test_encode_counts_every_chunk_and_writes_each_document_then_the_end_of_text_token(tmp_path, capfd):
+    from mbexp.data import encode, train_tokenizer
+
+    docs = [" ".join(random.Random(i).choice(WORDS) for _ in range(5 + i)) for i in range(10)]
+    tok = train_tokenizer(docs, vocab_size=300, min_frequency=2)
+    written = encode(tok, docs, tmp_path / "x.bin", desc="x", total=len(docs), chunk=3)  # 4 chunks: 3+3+3+1
+    ids = np.fromfile(tmp_path / "x.bin", dtype=np.uint16)
+    expected = [i for d in docs for i in [*tok.encode(d).ids, tok.token_to_id(EOT)]]
+    assert ids.tolist() == expected
+    assert written == {"documents": 10, "bytes": sum(len(d.encode()) for d in docs), "tokens": len(expected),
+                       "dtype": "uint16"}
+    assert capfd.readouterr().err == ""  # stderr is no terminal here: no progress bar, no carriage returns
+
+
+@pytest.mark.parametrize("size, dtype", [(2**16 - 1, "uint16"), (2**16, "uint32")])
+def test_ids_are_stored_in_16_bits_below_a_vocabulary_of_65536_and_in_32_from_it(tmp_path, size, dtype):
+    """A word-level vocabulary of exactly `size` entries: the id 2**16 - 1 still fits 16 bits, 2**16 does not."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from mbexp.data import encode
+
+    vocab = {EOT: 0, **{f"w{i}": i for i in range(1, size)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token=EOT))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    assert tok.get_vocab_size() == size
+    written = encode(tok, [f"w1 w{size - 1}"], tmp_path / "x.bin", desc="x")
+    assert written["dtype"] == dtype and written["tokens"] == 3
+    assert np.fromfile(tmp_path / "x.bin", dtype=dtype).tolist() == [1, size - 1, 0]
+
+
+def test_the_tokenizer_is_byte_level_and_honours_min_frequency():
+    from mbexp.data import train_tokenizer
+
+    docs = [" ".join(random.Random(i).choice(WORDS) for _ in range(40)) for i in range(30)]
+    tok = train_tokenizer(docs, vocab_size=400, min_frequency=2)
+    assert tok.get_vocab_size() > 257 and any(t.startswith("Ġ") for t in tok.get_vocab())  # spaces as bytes
+    unseen = "Ünïcödé — 漢字 never seen"
+    assert tok.decode(tok.encode(unseen).ids) == unseen  # every byte is in the alphabet
+    rare = train_tokenizer(docs, vocab_size=400, min_frequency=10**6)
+    assert rare.get_vocab_size() == 256 + 1  # no pair is that frequent: the byte alphabet and the end-of-text token
+
+
+def test_describe_names_a_built_cache_and_a_hit_and_the_cli_prints_it_in_process(tmp_path, hf_tmp_cache, capsys,
+                                                                                   monkeypatch):
+    from mbexp.data import describe
+
+    path = write_generated_corpus(tmp_path / "generated.txt", 120)
+    args = ["data.name=text", f"data.path={path}", "data.vocab_size=300", f"data.cache_dir={tmp_path / 'cache'}",
+            "model.seq_len=32"]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["mbexp.data", *args])
+    assert main() == 0
+    out = capsys.readouterr()
+    first = out.out.splitlines()
+    built = prepare(DataConfig(name="text", path=str(path), vocab_size=300, cache_dir=str(tmp_path / "cache")),
+                    seq_len=32)
+    m = built.meta
+    assert first[:6] == describe(built).replace("cache hit", "built").splitlines() and first[6].startswith("n-gram")
+    assert first[0] == "corpus       text" and first[4] == f"vocabulary   {m['vocab_size']:,}"
+    assert first[5] == f"cache        {built.path} (built)" and built.cache_hit
+    docs = m["documents"]
+    assert (f"building token cache {built.path} ({docs['train']} train / {docs['val']} val / {docs['test']} test "
+            "documents)\n") in out.err
+    assert describe(built).splitlines()[5] == f"cache        {built.path} (cache hit)"
+    assert first[3] == (f"tokens       {m['tokens']['train']:,} train / {m['tokens']['val']:,} validation / "
+                        f"{m['tokens']['test']:,} test (uint16)")
+    monkeypatch.setattr(sys, "argv", ["mbexp.data", "data.name=nosuch"])
+    assert main() == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "nosuch" in err and not (tmp_path / "data_cache").exists()
+
+
+# (g) what data.path names, in process -------------------------------------------------------------------------
+
+
+def test_a_folder_names_its_files_recursively_in_order_without_hidden_ones_and_a_glob_recurses(tmp_path):
+    from mbexp.corpus import text_files
+
+    (tmp_path / "c" / "sub").mkdir(parents=True)
+    for name in ("c/b.txt", "c/a.txt", "c/sub/z.txt", "c/.hidden", "c/sub/.DS_Store"):
+        (tmp_path / name).write_text("words\n")
+    want = [str(tmp_path / n) for n in ("c/a.txt", "c/b.txt", "c/sub/z.txt")]
+    assert text_files(str(tmp_path / "c")) == want
+    assert text_files(str(tmp_path / "c" / "**" / "*.txt")) == want  # ** reaches into sub/
+    assert text_files(str(tmp_path / "c" / "a.txt")) == want[:1]
+    with pytest.raises(CorpusError, match=r"does not exist \(no file, folder or glob match\)"):
+        text_files(str(tmp_path / "c" / "*.md"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CorpusError, match=rf"^data.path={tmp_path / 'empty'} is a folder with no files$"):
+        corpus.text_fingerprint(str(tmp_path / "empty"))
+
+
+def test_a_broken_link_a_link_loop_and_a_pipe_are_named_for_what_they_are(tmp_path):
+    from mbexp.corpus import text_files
+
+    broken, loop, pipe = tmp_path / "broken", tmp_path / "loop", tmp_path / "pipe"
+    broken.symlink_to(tmp_path / "gone.txt")
+    loop.symlink_to(loop)
+    os.mkfifo(pipe)
+    with pytest.raises(CorpusError) as got:
+        text_files(str(broken))
+    assert str(got.value) == (f"data.path={broken} is a broken symlink (to {tmp_path / 'gone.txt'}); point it at a "
+                              "text file or folder")
+    with pytest.raises(CorpusError) as got:
+        text_files(str(loop))
+    assert str(got.value) == f"data.path={loop} is a symlink loop; point it at a text file or folder"
+    with pytest.raises(CorpusError) as got:
+        text_files(str(pipe))
+    assert str(got.value) == (f"data.path={pipe} is not a regular file or folder (a device, pipe or socket); give a "
+                              "text file, a folder or a glob")
+
+
+def test_a_text_corpus_is_one_document_per_paragraph_and_keeps_a_one_byte_file(tmp_path, hf_tmp_cache):
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "a.txt").write_text("First line\nsame paragraph.\n\nSecond paragraph.\n")
+    (tmp_path / "c" / "b.txt").write_text("x")
+    (tmp_path / "c" / "empty.txt").write_text("")
+    assert corpus.load_text(str(tmp_path / "c")) == ["First line\nsame paragraph.", "Second paragraph.", "x"]
+
+
+def test_on_a_terminal_encode_writes_the_same_ids_as_in_a_log(tmp_path, monkeypatch):
+    """stderr a terminal (a pseudo-terminal here): the progress bar is live, and the ids written are those written
+    with stderr a file."""
+    from mbexp.data import encode, train_tokenizer
+
+    docs = [" ".join(random.Random(i).choice(WORDS) for _ in range(5 + i)) for i in range(10)]
+    tok = train_tokenizer(docs, vocab_size=300, min_frequency=2)
+    logged = encode(tok, docs, tmp_path / "log.bin", desc="val", total=len(docs), chunk=3)
+    master, follower = os.openpty()
+    with os.fdopen(follower, "w") as term:
+        monkeypatch.setattr(sys, "stderr", term)
+        shown = encode(tok, docs, tmp_path / "term.bin", desc="val", total=len(docs), chunk=3)
+    os.close(master)
+    assert shown == logged and (tmp_path / "term.bin").read_bytes() == (tmp_path / "log.bin").read_bytes()

@@ -306,3 +306,21 @@ def test_zero_init_proj_starts_each_block_as_the_identity(placement):
             torch.testing.assert_close(model(idx)[0], want)
     default = DecoderLM(spec(placement=placement, norm="rms"))
     assert default.blocks[0].attn.proj.weight.any() and default.blocks[0].ffn.w2.weight.any()
+
+
+@pytest.mark.parametrize("scale", [None, 0.3])
+def test_capped_attention_scales_by_the_head_width_or_the_given_scale(scale):
+    """Windows of 5 tokens, heads 8 wide (T ≠ hd), 4 query heads on 2 k/v heads: the scores are q·k times 1/sqrt(hd)
+    (or `scale`, μP's 1/hd), capped, masked and softmaxed, per head."""
+    from mbexp.model.attention import capped_attention
+
+    torch.manual_seed(0)
+    cap, T, hd = 2.0, 5, 8
+    q, k, v = torch.randn(2, 4, T, hd) * 3, torch.randn(2, 2, T, hd) * 3, torch.randn(2, 2, T, hd)
+    factor = hd ** -0.5 if scale is None else scale
+    outs = []
+    for h in range(4):
+        scores = cap * torch.tanh(q[:, h] @ k[:, h // 2].transpose(-1, -2) * factor / cap)
+        scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        outs.append(scores.softmax(-1) @ v[:, h // 2])
+    torch.testing.assert_close(capped_attention(q, k, v, cap, scale), torch.stack(outs, 1))

@@ -361,3 +361,21 @@ def test_a_table_mixing_runs_with_and_without_a_test_split_reports_validation(ws
     done = make_table(results)
     assert done.returncode == 0 and not flagged(done.stderr), done.stderr[-2000:]
     assert "final log-ppl on the validation split" in (results / "tables" / "wsd.md").read_text()
+
+
+def test_linked_outside_names_each_link_out_of_the_results_folder_and_no_link_inside(tmp_path):
+    """An experiment folder that is a link out, and a variant folder that is one, are named with their targets; a
+    link within the results folder, a plain folder and an experiment with no folder are not."""
+    from mbexp.run.identity import linked_outside
+
+    results, elsewhere = tmp_path / "results", tmp_path / "elsewhere"
+    for folder in (elsewhere / "exp_a", elsewhere / "variant", results / "runs" / "exp_b" / "plain",
+                   results / "kept" / "variant"):
+        folder.mkdir(parents=True)
+    (results / "runs" / "exp_a").symlink_to(elsewhere / "exp_a")
+    (results / "runs" / "exp_b" / "out").symlink_to(elsewhere / "variant")
+    (results / "runs" / "exp_b" / "in").symlink_to(results / "kept" / "variant")
+    got = linked_outside(results, ["exp_a", "exp_b", "exp_c"])
+    assert got == [(results / "runs" / "exp_a", elsewhere / "exp_a"),
+                   (results / "runs" / "exp_b" / "out", elsewhere / "variant")]
+    assert linked_outside(results, ["exp_b"]) == got[1:] and linked_outside(results, []) == []
