@@ -577,3 +577,97 @@ def test_evaluate_reads_a_replication_pooled_with_the_claim_it_repeats(tmp_path)
     results = evaluate([first, rep], table.build_tables(tmp_path))
     assert results[0].pooled is None and results[1].pooled.verdict == "agrees"
     assert results[1].pooled.comparisons[0].n == 6  # both claims' planned seeds
+
+
+def committed_claims() -> dict:
+    """The committed claims file's parsed YAML, a fresh copy each call (a valid file to break one key of)."""
+    return read_yaml((ROOT / "results" / "claims.yaml").read_text(encoding="utf-8"))
+
+
+def claim_entry(data: dict, claim_id: str) -> dict:
+    return next(c for c in data["claims"] if c["id"] == claim_id)
+
+
+def parse_error(data) -> str:
+    from mbexp.claims.parse import parse_claims
+
+    with pytest.raises(ClaimsError) as err:
+        parse_claims(data, "x")
+    return str(err.value)
+
+
+def test_a_claims_files_top_level_is_checked_whole_with_the_files_name():
+    from mbexp.claims.parse import TOP_KEYS
+
+    allowed = ", ".join(TOP_KEYS)
+    assert parse_error({"claims": "shazeer-glu-300"}) == "x: expected a mapping with a non-empty list `claims`"
+    assert parse_error({**committed_claims(), "notes": 1, "extra": 2}) == (
+        f"x: unknown top-level keys ['extra', 'notes']; allowed: {allowed}")
+    data = committed_claims()
+    data["claims"] += [claim_entry(data, "shazeer-glu-300"), claim_entry(committed_claims(), "width-8-3d")] * 2
+    assert parse_error(data) == "x: repeated ids shazeer-glu-300, width-8-3d"
+    data = committed_claims()
+    data["claims"].append(claim_entry(data, "xiong-pre-better"))  # twice: repeated, not thrice
+    assert parse_error(data) == "x: repeated ids xiong-pre-better"
+    data = committed_claims()
+    data["studies"]["ffn_wsd_cpu"]["lr_grid"] = "0.001"
+    assert parse_error(data).startswith("x, study ffn_wsd_cpu: ")
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    (lambda c: c.update(replicates="nosuch"), "which names no claim of the file"),
+    (lambda c: c.update(experiment="ladder_wsd_cpu", study="ladder_wsd_cpu", seeds=[201, 202, 203]),
+     "which is on the same experiment"),
+    (lambda c: c.update(margin=0.05), "which differs from it in margin"),
+    (lambda c: c.update(margin=0.05, hypothesis="worse"), "which differs from it in hypothesis, margin"),
+    (lambda c: c.update(seeds=[203, 204]), "which plans seeds the first claim planned"),
+])
+def test_a_replication_names_the_file_the_claim_and_why_it_is_no_replication(change, why):
+    data = committed_claims()
+    data["studies"]["ladder_wsd_rep_cpu"]["seeds"] = [203, 204, 205]
+    change(claim_entry(data, "ladderwsd-rep-deficit-shrinks-300"))
+    message = parse_error(data)
+    assert message.startswith("x, claim ladderwsd-rep-deficit-shrinks-300: replicates ") and message.endswith(why)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"rows": "swiglu"}, "rows must be a list of row labels, got 'swiglu'"),
+    ({"rows": ["swiglu", ""]}, "rows must be a list of row labels, got ['swiglu', '']"),
+    ({"rows": [1]}, "rows must be a list of row labels, got [1]"),
+    ({"pairs": [["swiglu", 1]]}, "pairs must be a list of [row, baseline] label pairs, got [['swiglu', 1]]"),
+    ({"pairs": [["swiglu", "relu"]]}, "pairs replace rows and baseline, and suit neither an ordering nor a "
+                                      "sensitivity"),
+])
+def test_rows_and_pairs_are_refused_with_what_they_were(change, message):
+    data = committed_claims()
+    entry = claim_entry(data, "shazeer-glu-300")
+    entry.update(change)
+    assert parse_error(data) == f"x, claim 0 (shazeer-glu-300): {message}"
+
+
+def test_pairs_suit_no_ordering_and_no_claim_that_also_gives_a_baseline():
+    pairs = [["layer-pre-swiglu-matched", "layer-pre-relu-matched"]]
+    refused = "pairs replace rows and baseline, and suit neither an ordering nor a sensitivity"
+    data = committed_claims()
+    entry = claim_entry(data, "shazeer-glu-300")
+    del entry["rows"]
+    entry["pairs"] = pairs  # with its baseline still there
+    assert parse_error(data).endswith(refused)
+    data = committed_claims()
+    entry = claim_entry(data, "shazeer-order-300")
+    entry.pop("rows"), entry.pop("baseline", None)
+    entry["pairs"] = pairs
+    assert entry["hypothesis"] == "ordering" and parse_error(data).endswith(refused)
+
+
+def test_claims_on_the_same_runs_with_other_conditions_are_all_named_with_their_column():
+    """The first claim clashes with two later ones: all three are named, with their column."""
+    data = committed_claims()
+    first = data["claims"][0]
+    later = [{**first, "id": f"again-{i}", "conditions": {"own_lr": False, "max_epochs": 1 + i}} for i in (1, 2)]
+    data["claims"][3:3] = later[:1]
+    data["claims"].append(later[1])
+    assert parse_error(data) == (
+        "x: claims on the same runs (ffn_budgets_cpu, train.steps=300) declare different conditions "
+        "(shazeer-glu-300: own_lr true, max_epochs 1.0; again-1: own_lr false, max_epochs 2.0; again-2: own_lr false, "
+        "max_epochs 3.0); declare the same conditions for all of them")

@@ -610,3 +610,31 @@ def test_on_a_terminal_encode_writes_the_same_ids_as_in_a_log(tmp_path, monkeypa
         shown = encode(tok, docs, tmp_path / "term.bin", desc="val", total=len(docs), chunk=3)
     os.close(master)
     assert shown == logged and (tmp_path / "term.bin").read_bytes() == (tmp_path / "log.bin").read_bytes()
+
+
+class FailingCorpus:
+    """Documents that can be read `passes` times; the next pass fails (a build that dies while encoding)."""
+
+    def __init__(self, docs: list[str], passes: int):
+        self.docs, self.passes = docs, passes
+
+    def __iter__(self):
+        if self.passes == 0:
+            raise OSError("the corpus went away")
+        self.passes -= 1
+        return iter(self.docs)
+
+
+def test_a_build_makes_its_folders_and_a_failed_rebuild_leaves_no_meta_json_behind(tmp_path):
+    """meta.json marks a complete cache: a rebuild that fails part way must not leave the old one to vouch for new
+    files. The cache's folder is made with its parents."""
+    docs = [" ".join(random.Random(i).choice(WORDS) for _ in range(30)) for i in range(40)]
+    counts = {s: sum(split_of(d, 0.2, 0.2) == s for d in docs) for s in ("train", "val", "test")}
+    path = tmp_path / "deep" / "er" / "cache"
+    built = build_cache(path, "text", docs, fractions=(0.2, 0.2), counts=counts, vocab_size=300, min_frequency=2)
+    assert (path / "meta.json").is_file() and built.meta["documents"] == counts
+    (path / ".train.bin.x.tmp").write_bytes(b"left by a killed build")
+    with pytest.raises(OSError, match="the corpus went away"):
+        build_cache(path, "text", FailingCorpus(docs, 2), fractions=(0.2, 0.2), counts=counts, vocab_size=300,
+                    min_frequency=2)  # the tokenizer's pass and the training split's, then the validation split fails
+    assert sorted(p.name for p in path.iterdir()) == ["test.bin", "tokenizer.json", "train.bin", "val.bin"]

@@ -43,3 +43,10 @@ def test_a_resume_keeps_its_launch_and_adds_what_it_ran_on():
     # a checkpoint from before provenance was recorded: the launch is unknown, so never clean
     old = resumed_provenance(None, {"git_commit": "c" * 40, "git_clean": True})
     assert old["git_clean"] is None
+
+
+def test_a_third_start_keeps_every_commit_the_run_was_resumed_on():
+    launch = {"git_commit": "a" * 40, "git_clean": True, "git_resumed": ["b" * 40]}
+    third = resumed_provenance(launch, {"git_commit": "c" * 40, "git_clean": True})
+    assert third == {"git_commit": "a" * 40, "git_clean": True, "git_resumed": ["b" * 40, "c" * 40]}
+    assert resumed_provenance(third, {"git_commit": "b" * 40, "git_clean": True})["git_resumed"] == ["b" * 40, "c" * 40]

@@ -467,3 +467,16 @@ def test_tuned_warmup_cells_and_all_diverged(tmp_path):
         ["— (2)", "div.", "div."]
     assert sorted(figures.figures(t)) == ["curves", "forest", "lr_tuned", "warmup"]
     outputs.write_outputs(tmp_path, {"quick": t})
+
+
+def test_a_cells_runs_are_those_at_the_reference_column_unless_a_value_is_given(tmp_path):
+    from mbexp.analysis.table import cell_runs, losses_at
+
+    for warmup, finals in [(0, [5.5, 5.7]), (100, [5.1, 5.3]), (500, [5.2, 5.4])]:
+        for seed, final in enumerate(finals):
+            write_run(tmp_path, BASE, seed=seed, final=final, test=final, warmup=warmup)
+    t = built(tmp_path)
+    assert t.reference == 500
+    assert sorted(cell_runs(t, BASE)["_col"]) == [500, 500] and sorted(cell_runs(t, BASE, 0)["_col"]) == [0, 0]
+    assert list(losses_at(t, BASE)) == pytest.approx([5.2, 5.4]) and list(losses_at(t, BASE, 100)) == pytest.approx(
+        [5.1, 5.3])
