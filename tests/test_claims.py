@@ -671,3 +671,49 @@ def test_claims_on_the_same_runs_with_other_conditions_are_all_named_with_their_
         "x: claims on the same runs (ffn_budgets_cpu, train.steps=300) declare different conditions "
         "(shazeer-glu-300: own_lr true, max_epochs 1.0; again-1: own_lr false, max_epochs 2.0; again-2: own_lr false, "
         "max_epochs 3.0); declare the same conditions for all of them")
+
+
+def claim_error(claim_id: str, change) -> str:
+    """The parse error of the committed claims file with claim `claim_id` changed by `change(entry)`."""
+    data = committed_claims()
+    change(claim_entry(data, claim_id))
+    return parse_error(data)
+
+
+def test_a_claim_without_an_id_or_with_a_bad_one_is_named_by_its_place():
+    from mbexp.claims.parse import KEYS
+
+    data = committed_claims()
+    data["claims"].insert(1, "shazeer-glu-300")
+    assert parse_error(data) == "x, claim 1: expected a mapping"
+    data = committed_claims()
+    del data["claims"][0]["id"]
+    assert parse_error(data) == f"x, claim 0 (?): unknown keys [] / missing keys ['id']; allowed: {', '.join(KEYS)}"
+    data = committed_claims()
+    data["claims"][0]["id"] = 5
+    assert parse_error(data) == "x, claim 0 (5): id must be text, got 5"
+
+
+@pytest.mark.parametrize(("claim_id", "change", "message"), [
+    ("shazeer-order-300", lambda c: c.update(rows=c["rows"][:1]),
+     "an ordering needs at least 2 rows, best first, and statistic delta"),
+    ("shazeer-order-300", lambda c: c.update(statistic="trend"),  # four rows, but a statistic with no order
+     "an ordering needs at least 2 rows, best first, and statistic delta"),
+    ("xiong-pre-no-warmup", lambda c: c.update(baseline="layer-pre-relu-matched"),
+     "a sensitivity takes rows and no baseline (sensitivity_diff compares two)"),
+    ("shazeer-glu-300", lambda c: c.pop("baseline"), "rows need a baseline (or give pairs)"),
+    ("shazeer-glu-300", lambda c: c.update(rows=[]), "no comparisons (rows or pairs)"),
+])
+def test_each_way_a_claims_comparisons_can_be_wrong_has_its_message(claim_id, change, message):
+    index = [c["id"] for c in committed_claims()["claims"]].index(claim_id)
+    assert claim_error(claim_id, change).startswith(f"x, claim {index} ({claim_id}): {message}")
+
+
+def test_an_ordering_of_two_rows_is_one_comparison():
+    from mbexp.claims.parse import parse_claims
+
+    data = committed_claims()
+    entry = claim_entry(data, "shazeer-order-300")
+    entry["rows"] = entry["rows"][:2]
+    claim = next(c for c in parse_claims(data, "x") if c.id == "shazeer-order-300")
+    assert claim.pairs == (("layer-pre-geglu-matched", "layer-pre-swiglu-matched"),)
