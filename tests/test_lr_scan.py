@@ -435,3 +435,13 @@ def test_a_runs_own_cost_leaves_out_its_trunk_and_a_summary_with_text_for_a_numb
     for bad in ({"branched": {"step": "240", "wall_time_s": 100.0}}, {"branched": {"step": 240, "wall_time_s": "x"}},
                 {"tokens_seen": "many"}, {"wall_time_s": "x"}, {"branched": [240]}):
         assert not _counts(branch | bad), bad
+
+
+def test_an_unfinished_scan_says_to_rerun_the_study_command(tmp_path):
+    write_scan(tmp_path)
+    summary = next((tmp_path / "runs" / "lad_scan").glob("ladder96-relu-0.01-60/seed=7/summary.json"))
+    summary.write_text(summary.read_text().replace('"completed"', '"running"'))
+    with pytest.raises(StudyError) as err:
+        choose(load_studies(tmp_path)["lad"], tmp_path)
+    assert str(err.value).startswith("study 'lad': 2 scan run(s) unfinished, e.g. ")
+    assert str(err.value).endswith("; rerun the study command")
