@@ -596,6 +596,13 @@ def parse_error(data) -> str:
     return str(err.value)
 
 
+def claim_error(claim_id: str, change) -> str:
+    """The parse error of the committed claims file with claim `claim_id` changed by `change(entry)`."""
+    data = committed_claims()
+    change(claim_entry(data, claim_id))
+    return parse_error(data)
+
+
 def test_a_claims_files_top_level_is_checked_whole_with_the_files_name():
     from mbexp.claims.parse import TOP_KEYS
 
@@ -639,10 +646,7 @@ def test_a_replication_names_the_file_the_claim_and_why_it_is_no_replication(cha
                                       "sensitivity"),
 ])
 def test_rows_and_pairs_are_refused_with_what_they_were(change, message):
-    data = committed_claims()
-    entry = claim_entry(data, "shazeer-glu-300")
-    entry.update(change)
-    assert parse_error(data) == f"x, claim 0 (shazeer-glu-300): {message}"
+    assert claim_error("shazeer-glu-300", lambda c: c.update(change)) == f"x, claim 0 (shazeer-glu-300): {message}"
 
 
 def test_pairs_suit_no_ordering_and_no_claim_that_also_gives_a_baseline():
@@ -671,13 +675,6 @@ def test_claims_on_the_same_runs_with_other_conditions_are_all_named_with_their_
         "x: claims on the same runs (ffn_budgets_cpu, train.steps=300) declare different conditions "
         "(shazeer-glu-300: own_lr true, max_epochs 1.0; again-1: own_lr false, max_epochs 2.0; again-2: own_lr false, "
         "max_epochs 3.0); declare the same conditions for all of them")
-
-
-def claim_error(claim_id: str, change) -> str:
-    """The parse error of the committed claims file with claim `claim_id` changed by `change(entry)`."""
-    data = committed_claims()
-    change(claim_entry(data, claim_id))
-    return parse_error(data)
 
 
 def test_a_claim_without_an_id_or_with_a_bad_one_is_named_by_its_place():

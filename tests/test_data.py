@@ -476,10 +476,17 @@ def test_cli_prints_statistics_then_hits_the_cache(tmp_path):
 # (f) what the cache build writes and says --------------------------------------------------------------------
 
 
+def word_docs(count: int, length, seed: int = 0) -> list[str]:
+    """`count` documents of random WORDS, document i `length(i)` words long (or `length` words)."""
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(length(i) if callable(length) else length))
+            for i in range(count)]
+
+
 def test_encode_counts_every_chunk_and_writes_each_document_then_the_end_of_text_token(tmp_path, capfd):
     from mbexp.data import encode, train_tokenizer
 
-    docs = [" ".join(random.Random(i).choice(WORDS) for _ in range(5 + i)) for i in range(10)]
+    docs = word_docs(10, lambda i: 5 + i)
     tok = train_tokenizer(docs, vocab_size=300, min_frequency=2)
     written = encode(tok, docs, tmp_path / "x.bin", desc="x", total=len(docs), chunk=3)  # 4 chunks: 3+3+3+1
     ids = np.fromfile(tmp_path / "x.bin", dtype=np.uint16)
@@ -509,7 +516,7 @@ def test_ids_are_stored_in_16_bits_below_a_vocabulary_of_65536_and_in_32_from_it
 def test_the_tokenizer_is_byte_level_and_honours_min_frequency():
     from mbexp.data import train_tokenizer
 
-    docs = [" ".join(random.Random(i).choice(WORDS) for _ in range(40)) for i in range(30)]
+    docs = word_docs(30, 40)
     tok = train_tokenizer(docs, vocab_size=400, min_frequency=2)
     assert tok.get_vocab_size() > 257 and any(t.startswith("Ġ") for t in tok.get_vocab())  # spaces as bytes
     unseen = "Ünïcödé — 漢字 never seen"
@@ -601,7 +608,7 @@ def test_on_a_terminal_encode_writes_the_same_ids_as_in_a_log(tmp_path, monkeypa
     with stderr a file."""
     from mbexp.data import encode, train_tokenizer
 
-    docs = [" ".join(random.Random(i).choice(WORDS) for _ in range(5 + i)) for i in range(10)]
+    docs = word_docs(10, lambda i: 5 + i)
     tok = train_tokenizer(docs, vocab_size=300, min_frequency=2)
     logged = encode(tok, docs, tmp_path / "log.bin", desc="val", total=len(docs), chunk=3)
     master, follower = os.openpty()
@@ -628,7 +635,7 @@ class FailingCorpus:
 def test_a_build_makes_its_folders_and_a_failed_rebuild_leaves_no_meta_json_behind(tmp_path):
     """meta.json marks a complete cache: a rebuild that fails part way must not leave the old one to vouch for new
     files. The cache's folder is made with its parents."""
-    docs = [" ".join(random.Random(i).choice(WORDS) for _ in range(30)) for i in range(40)]
+    docs = word_docs(40, 30)
     counts = {s: sum(split_of(d, 0.2, 0.2) == s for d in docs) for s in ("train", "val", "test")}
     path = tmp_path / "deep" / "er" / "cache"
     built = build_cache(path, "text", docs, fractions=(0.2, 0.2), counts=counts, vocab_size=300, min_frequency=2)
