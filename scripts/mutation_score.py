@@ -53,9 +53,11 @@ def generate(jobs: int) -> None:
     create_mutants(jobs)
 
 
-def run(modules: list[str] | None, jobs: int, tests: list[str] | None, again: tuple[str, ...] = ()) -> None:
+def run(modules: list[str] | None, jobs: int, tests: list[str] | None, again: tuple[str, ...] = (),
+        new: bool = False) -> None:
     """mutmut run over the mutants of `modules` not yet run, the others keeping their results (a resume); `again`:
-    instead those of these statuses (the survivors after a test was added for them; the timeouts)."""
+    instead those of these statuses (the survivors after a test was added for them; the timeouts); `new` with
+    `again`: those and the mutants not yet run, in one start."""
     import mutmut.__main__ as mm
     from mutmut.configuration import config
 
@@ -89,6 +91,8 @@ def run(modules: list[str] | None, jobs: int, tests: list[str] | None, again: tu
     names = [n for n in rerun_names(load_store(), modules, again) if n not in explained]  # reviewed: not rerun
     if again and not names:
         return
+    if again and new:
+        names += rerun_names(load_store(), modules, ("not checked",))
     os.environ["MBEXP_TEST_TOKEN_CACHE"] = str(ROOT / shared_token_cache())
     try:  # Ctrl-C stops mutmut between mutants; what it ran is saved all the same
         mm._run(names, jobs)
@@ -284,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=("run", "count", "report"))
     parser.add_argument("--modules", nargs="*", help="paths or globs under mbexp/ (default: all of [tool.mutmut])")
     parser.add_argument("--again", action="store_true", help="run: rerun the survivors, not the mutants not yet run")
+    parser.add_argument("--new", action="store_true", help="run --again: the mutants not yet run as well")
     parser.add_argument("--timeouts", action="store_true", help="run: rerun the timed-out mutants (their limit is "
                         "wall time, so a loaded machine can time out a mutant its tests would have caught or missed)")
     parser.add_argument("--jobs", type=int, default=1, help="mutants run at once (default 1)")
@@ -300,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "run":
         again = (UNCAUGHT if args.again else ()) + (("timeout",) if args.timeouts else ())
-        run(args.modules, args.jobs, args.tests, again)
+        run(args.modules, args.jobs, args.tests, again, new=args.new)
     rep = report(args.modules if args.command == "report" else None)  # a run's report: every module, not its own
     OUT.mkdir(parents=True, exist_ok=True)
     if SELECTION.exists():

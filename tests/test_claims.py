@@ -691,6 +691,64 @@ def test_a_claim_without_an_id_or_with_a_bad_one_is_named_by_its_place():
     assert parse_error(data) == "x, claim 0 (5): id must be text, got 5"
 
 
+@pytest.mark.parametrize("key", ["experiment", "baseline", "study", "replicates"])
+def test_a_key_that_names_something_must_be_text(key):
+    assert claim_error("shazeer-glu-300", lambda c: c.update({key: 5})) == (
+        f"x, claim 0 (shazeer-glu-300): {key} must be text, got 5")
+
+
+def test_only_an_optional_text_key_may_be_empty():
+    from mbexp.claims.parse import parse_claims
+
+    assert claim_error("shazeer-glu-300", lambda c: c.update(experiment="")) == (
+        "x, claim 0 (shazeer-glu-300): experiment must be text, got ''")
+    data = committed_claims()
+    claim_entry(data, "shazeer-glu-300")["replicates"] = ""
+    claim = next(c for c in parse_claims(data, "x") if c.id == "shazeer-glu-300")
+    assert claim.replicates == ""
+
+
+def test_a_bad_hypothesis_names_every_hypothesis_and_statistic():
+    from mbexp.claims.parse import HYPOTHESES, STATISTICS
+
+    assert claim_error("shazeer-glu-300", lambda c: c.update(hypothesis="maybe")) == (
+        f"x, claim 0 (shazeer-glu-300): hypothesis must be one of {', '.join(HYPOTHESES)} and statistic one of "
+        f"{', '.join(STATISTICS)}, got 'maybe' and 'delta'")
+
+
+@pytest.mark.parametrize("at", [{"train.steps": 300, "model.d_model": 64}, {"train.steps": [300]}, ["train.steps"]])
+def test_at_is_one_key_with_one_plain_value(at):
+    assert claim_error("shazeer-glu-300", lambda c: c.update(at=at)) == (
+        f"x, claim 0 (shazeer-glu-300): at must map one column key to one value, got {at!r}")
+
+
+@pytest.mark.parametrize("conditions", [{"own_lr": True, "warmup": 1}, ["own_lr"]])
+def test_conditions_are_a_mapping_of_the_known_conditions(conditions):
+    from mbexp.claims.parse import CONDITIONS
+
+    assert claim_error("shazeer-glu-300", lambda c: c.update(conditions=conditions)) == (
+        f"x, claim 0 (shazeer-glu-300): conditions must be a mapping of {', '.join(CONDITIONS)}, got {conditions!r}")
+
+
+@pytest.mark.parametrize(("own_lr", "max_epochs"), [("yes", None), (True, 0), (True, -1), (True, "1")])
+def test_own_lr_is_true_or_false_and_max_epochs_positive_or_null(own_lr, max_epochs):
+    change = lambda c: c.update(conditions={"own_lr": own_lr, "max_epochs": max_epochs})  # noqa: E731
+    assert claim_error("shazeer-glu-300", change) == (
+        "x, claim 0 (shazeer-glu-300): conditions own_lr must be true/false and max_epochs a positive number or "
+        f"null, got {own_lr!r} and {max_epochs!r}")
+
+
+def test_max_epochs_null_lifts_the_epoch_condition():
+    from mbexp.claims.parse import parse_claims
+
+    data = committed_claims()
+    for entry in data["claims"]:  # claims on the same runs declare the same conditions
+        if entry["experiment"] == "ffn_budgets_cpu":
+            entry["conditions"] = {"own_lr": True, "max_epochs": None}
+    claim = next(c for c in parse_claims(data, "x") if c.id == "shazeer-glu-300")
+    assert claim.max_epochs is None and claim.own_lr is True
+
+
 @pytest.mark.parametrize(("claim_id", "change", "message"), [
     ("shazeer-order-300", lambda c: c.update(rows=c["rows"][:1]),
      "an ordering needs at least 2 rows, best first, and statistic delta"),

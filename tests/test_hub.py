@@ -21,6 +21,10 @@ REPO = Path(__file__).resolve().parent.parent
 WORDS = "the a fox cat ran sat saw big small red blue happy sad tree ball home mom dad friend day".split()
 WIKITEXT_CONFIGS = """---
 configs:
+- config_name: wikitext-103-raw-v1
+  data_files:
+  - split: train
+    path: wikitext-103-raw-v1/train-*
 - config_name: wikitext-2-raw-v1
   data_files:
   - split: test
@@ -76,7 +80,8 @@ def wikitext(tmp_path, monkeypatch, hf_tmp_cache) -> Path:
     }
     for split, rows in lines.items():
         write_split(root / "wikitext-2-raw-v1" / f"{split}-00000-of-00001.parquet", rows)
-    (root / "README.md").write_text(WIKITEXT_CONFIGS)
+    write_split(root / "wikitext-103-raw-v1" / "train-00000-of-00001.parquet", [" = Other = \n", " Not read . \n"])
+    (root / "README.md").write_text(WIKITEXT_CONFIGS)  # two configs: the load must name its own
     monkeypatch.setitem(corpus.HUB, "wikitext2", (str(root), "wikitext-2-raw-v1"))
     return root
 
@@ -98,6 +103,24 @@ def test_wikitext_lines_join_into_articles_across_pooled_splits(wikitext):
         "= Beta = \n Beta follows .",
         "= Gamma = \n Gamma validates .",
     ]
+
+
+def test_a_hub_dataset_without_a_text_column_is_named(tmp_path, monkeypatch, hf_tmp_cache):
+    (tmp_path / "Stories" / "data").mkdir(parents=True)
+    pq.write_table(pa.table({"story": ["A story."]}), tmp_path / "Stories" / "data" / "train-00000-of-00001.parquet")
+    monkeypatch.setitem(corpus.HUB, "tinystories", (str(tmp_path / "Stories"), None))
+    with pytest.raises(corpus.CorpusError) as error:
+        load_hub("tinystories")
+    assert str(error.value) == f"data=tinystories: {tmp_path / 'Stories'} has no 'text' column"
+
+
+def test_a_hub_load_into_a_log_file_draws_no_progress_bars(tinystories):
+    from datasets import are_progress_bars_disabled, enable_progress_bars
+
+    enable_progress_bars()
+    assert not sys.stderr.isatty()  # pytest captures it: as a log file would
+    load_hub("tinystories")
+    assert are_progress_bars_disabled()
 
 
 def test_wikitext_articles_is_a_generator_of_whole_articles():

@@ -324,3 +324,12 @@ def test_capped_attention_scales_by_the_head_width_or_the_given_scale(scale):
         scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
         outs.append(scores.softmax(-1) @ v[:, h // 2])
     torch.testing.assert_close(capped_attention(q, k, v, cap, scale), torch.stack(outs, 1))
+
+
+def test_capped_attention_builds_its_mask_on_the_inputs_device():
+    # the meta device stands in for a GPU: a mask left on the CPU would not mix with the scores
+    from mbexp.model.attention import capped_attention
+
+    q, kv = torch.randn(2, 4, 5, 8, device="meta"), torch.randn(2, 2, 5, 8, device="meta")
+    out = capped_attention(q, kv, kv, 2.0)
+    assert out.device.type == "meta" and out.shape == (2, 4, 5, 8)

@@ -790,3 +790,27 @@ def test_a_study_that_tunes_the_warmup_scans_chooses_and_runs_end_to_end(tmp_pat
     note = next(n for n in tables["smoke"].notes if n.startswith("optim.warmup_steps (scan)"))
     assert f"layer-pre-relu-matched {chosen['relu']}" in note and "lr_chosen" not in tables["smoke"].rows
     assert pd.read_csv(results / "tables" / "claims.csv")["claim"].tolist() == ["warm-tiny"]
+
+
+def test_the_cooldown_fraction_is_read_from_the_studys_experiment_file_and_overrides(tmp_path, monkeypatch):
+    # an experiment file of its own cool-down: every shipped one uses the default, which would hide a wrong read
+    import dataclasses
+    import shutil
+
+    from mbexp.config import compose
+
+    conf = tmp_path / "conf"
+    shutil.copytree(REPO / "conf", conf)
+    text = (conf / "experiment" / "ffn_wsd_cpu.yaml").read_text()
+    text = text.replace("cooldown_fraction: 0.2", "cooldown_fraction: 0.5").replace("name: ffn_wsd_cpu", "name: x")
+    (conf / "experiment" / "cool_half.yaml").write_text(text)
+    monkeypatch.setattr(studies, "CONF_DIR", conf)
+    monkeypatch.setattr(compose, "CONF_DIR", conf)
+    studies._fraction.cache_clear()
+    study = dataclasses.replace(load_studies(REPO / "results")["ffn_wsd_cpu"], experiment="cool_half", overrides=())
+    try:
+        assert studies.cooldown_fraction(study) == 0.5
+        assert studies.cooldown_fraction(dataclasses.replace(study, overrides=("optim.cooldown_fraction=0.3",))) == 0.3
+        assert studies.cooldown_fraction(dataclasses.replace(study, experiment="gone")) == 0.2  # the default
+    finally:
+        studies._fraction.cache_clear()
