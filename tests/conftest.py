@@ -1,5 +1,6 @@
 """Shared fixtures. Each fixture is self-contained; keep names specific to what they build."""
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -78,8 +79,8 @@ def no_shared_wandb_service():
 def pytest_collection_modifyitems(config, items):
     """The long tests (golden, then slow) run first: xdist hands each worker a contiguous share and balances by
     stealing from the ends of the queues, so a long test left near the end runs alone while the other worker idles.
-    Under mutmut (scripts/mutation_score.py), a mutant's tests run fastest first, by the durations mutmut recorded:
-    with -x the first failing test ends the run, so a killed mutant costs its quickest killer."""
+    Under mutmut (scripts/mutation_score.py), a mutant's tests run the earlier killers of its function's mutants
+    first, then its module's, then fastest first: with -x the first failing test ends a killed mutant's run."""
     if "__mutmut_" not in os.environ.get("MUTANT_UNDER_TEST", ""):
         items.sort(key=lambda item: 0 if item.get_closest_marker("golden") else 1 if item.get_closest_marker("slow")
                    else 2)
@@ -88,4 +89,29 @@ def pytest_collection_modifyitems(config, items):
 
     stats = Path("mutmut-stats.json")  # mutmut runs the tests from its store, mutants/
     durations = json.loads(stats.read_text()).get("duration_by_test", {}) if stats.exists() else {}
-    items.sort(key=lambda item: durations.get(item.nodeid, float("inf")))
+    function = mutated_function()
+    module = function.rpartition(".")[0]
+    kills, module_kills = {}, {}
+    for line in KILLERS.read_text().splitlines() if KILLERS.exists() else []:
+        with contextlib.suppress(ValueError):  # a line a killed job left half-written
+            f, test = json.loads(line)
+            kills[test] = kills.get(test, 0) + (f == function)
+            module_kills[test] = module_kills.get(test, 0) + (f.rpartition(".")[0] == module)
+    items.sort(key=lambda item: (-kills.get(item.nodeid, 0), -module_kills.get(item.nodeid, 0),
+                                 durations.get(item.nodeid, float("inf"))))
+
+
+KILLERS = Path("mutmut-killers.jsonl")  # under mutmut: [mutated function, test] per failing test, one per line
+
+
+def mutated_function() -> str:
+    return os.environ.get("MUTANT_UNDER_TEST", "").rpartition("__mutmut_")[0]
+
+
+def pytest_runtest_logreport(report):
+    """Under mutmut, the test that failed a mutant is kept, so the next mutants of its function run it first."""
+    if report.failed and report.when == "call" and mutated_function():
+        import json
+
+        with KILLERS.open("a") as f:  # one short line per write: the two jobs' appends do not interleave
+            f.write(json.dumps([mutated_function(), report.nodeid]) + "\n")
