@@ -6,8 +6,10 @@ import functools
 import io
 import itertools
 import json
+import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -795,7 +797,6 @@ def test_a_study_that_tunes_the_warmup_scans_chooses_and_runs_end_to_end(tmp_pat
 def test_the_cooldown_fraction_is_read_from_the_studys_experiment_file_and_overrides(tmp_path, monkeypatch):
     # an experiment file of its own cool-down: every shipped one uses the default, which would hide a wrong read
     import dataclasses
-    import shutil
 
     from mbexp.config import compose
 
@@ -814,3 +815,55 @@ def test_the_cooldown_fraction_is_read_from_the_studys_experiment_file_and_overr
         assert studies.cooldown_fraction(dataclasses.replace(study, experiment="gone")) == 0.2  # the default
     finally:
         studies._fraction.cache_clear()
+
+
+def committed_tables(*experiments: str) -> dict[str, Table]:
+    from mbexp.analysis.collect import collect_runs
+    from mbexp.analysis.table import tables_for
+
+    runs = collect_runs(REPO / "results")
+    return tables_for(runs[runs["experiment"].isin(experiments)])
+
+
+def test_a_study_table_gets_each_rows_chosen_lr_its_edge_and_the_note_the_committed_table_shows():
+    tables = committed_tables("ffn_wsd_cpu", "ladder_wsd_cpu", "ladder_wsd_rep_cpu")
+    studies.annotate(tables, REPO / "results")
+    for experiment, table in tables.items():
+        committed = pd.read_csv(REPO / "results" / "tables" / f"{experiment}.csv", keep_default_na=False)
+        got = table.rows[["label", "lr_chosen", "lr_edge", "lr_own"]].astype(str).to_numpy().tolist()
+        assert got == committed[["label", "lr_chosen", "lr_edge", "lr_own"]].astype(str).to_numpy().tolist()
+        (note,) = [n for n in table.notes if n.startswith("lr (scan)")]
+        assert f"\n{note}\n" in (REPO / "results" / "tables" / f"{experiment}.md").read_text(), experiment
+    assert "low" in tables["ladder_wsd_cpu"].rows["lr_edge"].to_list()  # one cell chose the grid's low end
+
+
+def test_a_row_without_a_choice_or_without_planned_runs_is_not_at_its_own_lr():
+    # one run per row; the ReLU row's runs moved to an unplanned seed, the GELU row's to a row the study lacks
+    table = committed_tables("ffn_wsd_cpu")["ffn_wsd_cpu"]
+    runs = table.runs[table.runs["seed"] == 101].drop_duplicates("label").copy()
+    runs.loc[runs["label"] == "layer-pre-relu-matched", "seed"] = 999
+    gelu = runs["label"] == "layer-pre-gelu-matched"
+    runs.loc[gelu, "identity"] = [{**i, "ffn.name": "unscanned"} for i in runs.loc[gelu, "identity"]]
+    table.runs = runs
+    studies.annotate({"ffn_wsd_cpu": table}, REPO / "results")
+    rows = table.rows.set_index("label")
+    assert rows.loc["layer-pre-relu-matched", "lr_chosen"] == 0.002
+    assert not rows.loc["layer-pre-relu-matched", "lr_own"]
+    assert math.isnan(rows.loc["layer-pre-gelu-matched", "lr_chosen"])
+    assert rows.loc["layer-pre-gelu-matched", "lr_edge"] == "" and not rows.loc["layer-pre-gelu-matched", "lr_own"]
+    assert rows.loc["layer-pre-swiglu-matched", "lr_own"]  # one planned run, at its choice
+
+
+def test_a_study_with_an_unfinished_scan_says_so_and_the_next_study_is_still_annotated(tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(REPO / "results" / "runs" / "ffn_wsd_cpu_scan", results / "runs" / "ffn_wsd_cpu_scan")
+    shutil.copy(REPO / "results" / "claims.yaml", results / "claims.yaml")
+    gone = next((results / "runs" / "ffn_wsd_cpu_scan").glob("*/seed=100"))
+    shutil.rmtree(gone)
+    for study in ("relu2_wsd_cpu_scan",):
+        shutil.copytree(REPO / "results" / "runs" / study, results / "runs" / study)
+    tables = committed_tables("ffn_wsd_cpu", "relu2_wsd_cpu")
+    studies.annotate(tables, results)
+    (note,) = tables["ffn_wsd_cpu"].notes
+    assert note.startswith("each row's LR is not known yet: ") and "lr_chosen" not in tables["ffn_wsd_cpu"].rows
+    assert tables["relu2_wsd_cpu"].rows["lr_chosen"].notna().all()
