@@ -867,3 +867,50 @@ def test_a_study_with_an_unfinished_scan_says_so_and_the_next_study_is_still_ann
     (note,) = tables["ffn_wsd_cpu"].notes
     assert note.startswith("each row's LR is not known yet: ") and "lr_chosen" not in tables["ffn_wsd_cpu"].rows
     assert tables["relu2_wsd_cpu"].rows["lr_chosen"].notna().all()
+
+
+WARMUP_STUDIES = """claims: []
+studies:
+  warm:
+    experiment: ffn_wsd_cpu
+    rows: {ffn: [relu, gelu]}
+    tune: {key: optim.warmup_steps, grid: [10, 20, 30]}
+    scan_seeds: [100, 107]
+    seeds: [101, 102, 103, 104, 105, 106]
+    budgets: [390, 780]
+    select_at: 780
+  warm2:
+    experiment: relu2_wsd_cpu
+    rows: {ffn: [relu2]}
+    tune: {key: optim.warmup_steps, grid: [10, 30]}
+    scan_seeds: [300]
+    seeds: [302, 303, 304, 305, 306, 307]
+    budgets: [390, 780]
+    select_at: 780
+"""
+
+
+def test_a_study_tuning_another_key_says_each_rows_choice_in_its_note(tmp_path):
+    # scans written as their summaries, the committed runs as the planned ones (each trained with 30 warm-up steps)
+    (tmp_path / "claims.yaml").write_text(WARMUP_STUDIES)
+    relu, gelu = {10: 5.0, 20: 5.05, 30: 5.1}, {10: 5.2, 20: 5.05, 30: 5.1}
+    scans = [("ffn_wsd_cpu", "relu", 100, relu), ("ffn_wsd_cpu", "relu", 107, {**relu, 30: 5.3}),
+             ("ffn_wsd_cpu", "gelu", 100, gelu), ("ffn_wsd_cpu", "gelu", 107, gelu),
+             ("relu2_wsd_cpu", "relu2", 300, {10: 5.2, 30: 5.1})]
+    for experiment, ffn, seed, losses in scans:
+        for warmup, loss in losses.items():
+            write_summary(tmp_path, f"{experiment}_scan", f"{ffn}-{warmup}", seed, steps=780, step=780,
+                          final_val_loss=loss, identity={"ffn.name": ffn, "optim.warmup_steps": warmup})
+    tables = committed_tables("ffn_wsd_cpu", "relu2_wsd_cpu")
+    for experiment, ffns in (("ffn_wsd_cpu", ["relu", "gelu"]), ("relu2_wsd_cpu", ["relu2"])):
+        tables[experiment].runs = tables[experiment].runs[tables[experiment].runs["ffn"].isin(ffns)]
+    studies.annotate(tables, tmp_path)
+    how = ("optim.warmup_steps (scan): each row's optim.warmup_steps, chosen by the declared study `{}` on mean "
+           "validation log-ppl at 780 steps over scan seed(s) {} (runs in `{}_scan`) from {}: ")
+    assert tables["ffn_wsd_cpu"].notes == [
+        how.format("warm", "100, 107", "ffn_wsd_cpu", "10, 20, 30") + "layer-pre-gelu-matched 20, not every planned "
+        "run at it; layer-pre-relu-matched 10 (the low edge of the grid), not every planned run at it"]
+    assert tables["relu2_wsd_cpu"].notes == [  # its planned runs trained at its choice
+        how.format("warm2", "300", "relu2_wsd_cpu", "10, 30") + "layer-pre-relu2-matched 30 (the high edge of the "
+        "grid)"]
+    assert "lr_chosen" not in tables["ffn_wsd_cpu"].rows  # the LR columns stay the LR's
