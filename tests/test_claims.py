@@ -772,3 +772,16 @@ def test_an_ordering_of_two_rows_is_one_comparison():
     entry["rows"] = entry["rows"][:2]
     claim = next(c for c in parse_claims(data, "x") if c.id == "shazeer-order-300")
     assert claim.pairs == (("layer-pre-geglu-matched", "layer-pre-swiglu-matched"),)
+
+
+def test_a_claims_prose_is_kept_as_written():
+    from mbexp.claims.parse import parse_claims
+
+    data = committed_claims()
+    entries = {e["id"]: e for e in committed_claims()["claims"]}
+    claims = parse_claims(data, "x")
+    assert any(e.get("paper_numbers") for e in entries.values()) and any(not e.get("note") for e in entries.values())
+    for c in claims:
+        e = entries[c.id]
+        assert (c.claim, c.paper, c.paper_numbers, c.note) == (e["claim"], e["paper"], e.get("paper_numbers", ""),
+                                                               e.get("note", "")), c.id

@@ -2,6 +2,7 @@
 over both claims' planned seeds, corrected for two looks, the first claim's verdict beside it."""
 
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -11,6 +12,8 @@ from mbexp.analysis.ladder.trend import trend
 from mbexp.claims import ClaimsError
 from mbexp.claims.parse import load_claims_text
 from mbexp.claims.result import Result
+
+REPO = Path(__file__).resolve().parent.parent
 
 ENTRY = ("  - {{id: {id}, claim: x, paper: p, experiment: {exp}, hypothesis: better, baseline: base, rows: [{rows}], "
          "seeds: [{seeds}]{more}}}\n")
@@ -109,3 +112,14 @@ def test_the_readme_shows_a_replication_once_pooled_with_the_first_verdict_besid
     assert "e1 + e2" in rows[0] and "**agrees**, pooled over seeds 0–5 (Bonferroni ×2)" in rows[0]
     assert "first study alone: not resolved" in rows[0]
     assert not math.isnan(results[1].pooled.comparisons[0].p_holm)
+
+
+def test_each_committed_claims_digest_is_the_one_its_committed_verdict_shows():
+    # the digest covers what a replication replicates, under that name: results/tables/claims.csv pins each
+    from mbexp.claims.parse import load_claims
+
+    shown = pd.read_csv(REPO / "results" / "tables" / "claims.csv", dtype=str).groupby("claim")["digest"].unique()
+    found = {c.id: c for c in load_claims(REPO / "results" / "claims.yaml")}
+    assert sorted(shown.index) == sorted(found) and any(c.replicates for c in found.values())
+    for claim_id, digests in shown.items():
+        assert list(digests) == [found[claim_id].digest], claim_id
