@@ -817,12 +817,19 @@ def test_the_cooldown_fraction_is_read_from_the_studys_experiment_file_and_overr
         studies._fraction.cache_clear()
 
 
-def committed_tables(*experiments: str) -> dict[str, Table]:
+@functools.cache
+def committed_runs() -> pd.DataFrame:
     from mbexp.analysis.collect import collect_runs
+
+    return collect_runs(REPO / "results")
+
+
+def committed_tables(*experiments: str) -> dict[str, Table]:
+    """Fresh tables of the committed runs of `experiments` (the runs are read once per session)."""
     from mbexp.analysis.table import tables_for
 
-    runs = collect_runs(REPO / "results")
-    return tables_for(runs[runs["experiment"].isin(experiments)])
+    runs = committed_runs()
+    return tables_for(runs[runs["experiment"].isin(experiments)].copy())
 
 
 def test_a_study_table_gets_each_rows_chosen_lr_its_edge_and_the_note_the_committed_table_shows():
