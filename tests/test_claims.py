@@ -785,3 +785,7 @@ def test_a_claims_prose_is_kept_as_written():
         e = entries[c.id]
         assert (c.claim, c.paper, c.paper_numbers, c.note) == (e["claim"], e["paper"], e.get("paper_numbers", ""),
                                                                e.get("note", "")), c.id
+    entry = claim_entry(data, "shazeer-glu-300")
+    entry.pop("paper_numbers"), entry.pop("note", None)
+    claim = next(c for c in parse_claims(data, "x") if c.id == "shazeer-glu-300")
+    assert (claim.paper_numbers, claim.note) == ("", "")  # left out: empty text
