@@ -783,8 +783,8 @@ def test_a_claims_prose_is_kept_as_written():
     assert any(e.get("paper_numbers") for e in entries.values()) and any(not e.get("note") for e in entries.values())
     for c in claims:
         e = entries[c.id]
-        assert (c.claim, c.paper, c.paper_numbers, c.note) == (e["claim"], e["paper"], e.get("paper_numbers", ""),
-                                                               e.get("note", "")), c.id
+        assert (c.claim, c.paper, c.paper_numbers, c.note, c.replicates) == (
+            e["claim"], e["paper"], e.get("paper_numbers", ""), e.get("note", ""), e.get("replicates", "")), c.id
     entry = claim_entry(data, "shazeer-glu-300")
     entry.pop("paper_numbers"), entry.pop("note", None)
     claim = next(c for c in parse_claims(data, "x") if c.id == "shazeer-glu-300")
