@@ -880,7 +880,7 @@ WARMUP_STUDIES = """claims: []
 studies:
   warm:
     experiment: ffn_wsd_cpu
-    rows: {ffn: [relu, gelu]}
+    rows: {ffn: [relu, gelu], model: [tiny]}
     tune: {key: optim.warmup_steps, grid: [10, 20, 30]}
     scan_seeds: [100, 107]
     seeds: [101, 102, 103, 104, 105, 106]
@@ -897,6 +897,10 @@ studies:
 """
 
 
+def scan_identity(ffn: str, warmup) -> dict:
+    return {"ffn.name": ffn, "model.name": "tiny", "optim.warmup_steps": warmup}
+
+
 def test_a_study_tuning_another_key_says_each_rows_choice_in_its_note(tmp_path):
     # scans written as their summaries, the committed runs as the planned ones (each trained with 30 warm-up steps)
     (tmp_path / "claims.yaml").write_text(WARMUP_STUDIES)
@@ -907,7 +911,7 @@ def test_a_study_tuning_another_key_says_each_rows_choice_in_its_note(tmp_path):
     for experiment, ffn, seed, losses in scans:
         for warmup, loss in losses.items():
             write_summary(tmp_path, f"{experiment}_scan", f"{ffn}-{warmup}", seed, steps=780, step=780,
-                          final_val_loss=loss, identity={"ffn.name": ffn, "optim.warmup_steps": warmup})
+                          final_val_loss=loss, identity=scan_identity(ffn, warmup))
     tables = committed_tables("ffn_wsd_cpu", "relu2_wsd_cpu")
     for experiment, ffns in (("ffn_wsd_cpu", ["relu", "gelu"]), ("relu2_wsd_cpu", ["relu2"])):
         tables[experiment].runs = tables[experiment].runs[tables[experiment].runs["ffn"].isin(ffns)]
@@ -921,3 +925,55 @@ def test_a_study_tuning_another_key_says_each_rows_choice_in_its_note(tmp_path):
         how.format("warm2", "300", "relu2_wsd_cpu", "10, 30") + "layer-pre-relu2-matched 30 (the high edge of the "
         "grid)"]
     assert "lr_chosen" not in tables["ffn_wsd_cpu"].rows  # the LR columns stay the LR's
+
+
+def warmup_scan(results: Path, skip=()) -> None:
+    """The `warm` study of WARMUP_STUDIES with every scan run finished (but those in `skip`: (ffn, warm-up, seed))."""
+    (results / "claims.yaml").write_text(WARMUP_STUDIES)
+    for ffn, seed, warmup in itertools.product(("relu", "gelu"), (100, 107), (10, 20, 30)):
+        if (ffn, warmup, seed) not in skip:
+            write_summary(results, "ffn_wsd_cpu_scan", f"{ffn}-{warmup}", seed, steps=780, step=780,
+                          final_val_loss=5.0 + warmup / 100, identity=scan_identity(ffn, warmup))
+
+
+def scan_run(results: Path, ffn: str, warmup: int, seed: int) -> Path:
+    return results / "runs" / "ffn_wsd_cpu_scan" / f"{ffn}-{warmup}" / f"seed={seed}" / "summary.json"
+
+
+def test_a_damaged_scan_run_is_named_with_what_to_do_and_the_others_are_read(tmp_path):
+    from mbexp.study.protocol import choose
+
+    warmup_scan(tmp_path, skip={("relu", 20, 100), ("gelu", 30, 107)})
+    write_summary(tmp_path, "ffn_wsd_cpu_scan", "relu-20", 100, steps=780, step=780, final_val_loss=5.2,
+                  identity=scan_identity("relu", "abc"))
+    scan_run(tmp_path, "gelu", 30, 107).parent.mkdir(parents=True)
+    scan_run(tmp_path, "gelu", 30, 107).write_text("{not json")
+    study = load_studies(tmp_path)["warm"]
+    with pytest.raises(StudyError) as error:
+        choose(study, tmp_path)
+    # both runs are missing; the first damaged one the scan read (in path order) is named, with why
+    assert str(error.value) == (
+        "study 'warm': 2 scan run(s) unfinished, e.g. ffn=relu model=tiny optim.warmup_steps=20; "
+        f"{scan_run(tmp_path, 'gelu', 30, 107)}: unreadable JSON (Expecting property name enclosed in double quotes: "
+        "line 1 column 2 (char 1)); repair or delete that run folder, then rerun the study command")
+    scan_run(tmp_path, "gelu", 30, 107).unlink()
+    with pytest.raises(StudyError) as error:
+        choose(study, tmp_path)
+    assert f"{scan_run(tmp_path, 'relu', 20, 100)}: identity optim.warmup_steps='abc' is not a number; " in str(
+        error.value)
+    scan_run(tmp_path, "relu", 20, 100).write_text(json.dumps({"seed": 100, "status": "completed", "steps": 780,
+                                                               "final_val_loss": 5.2, "identity": ["relu"]}))
+    with pytest.raises(StudyError) as error:  # an identity that is no mapping names no value
+        choose(study, tmp_path)
+    assert f"{scan_run(tmp_path, 'relu', 20, 100)}: identity optim.warmup_steps=None is not a number; " in str(
+        error.value)
+
+
+def test_a_diverged_scan_run_counts_as_diverged_whatever_its_last_loss(tmp_path):
+    from mbexp.study.protocol import choose
+
+    warmup_scan(tmp_path, skip={("relu", 10, 100)})
+    write_summary(tmp_path, "ffn_wsd_cpu_scan", "relu-10", 100, steps=780, step=780, status="diverged",
+                  final_val_loss="NaN at step 300", identity=scan_identity("relu", 10))
+    choice = choose(load_studies(tmp_path)["warm"], tmp_path)[("relu", "tiny")]
+    assert (choice.value, choice.edge) == (20, "") and choice.losses[10] == math.inf
