@@ -977,3 +977,4 @@ def test_a_diverged_scan_run_counts_as_diverged_whatever_its_last_loss(tmp_path)
                   final_val_loss="NaN at step 300", identity=scan_identity("relu", 10))
     choice = choose(load_studies(tmp_path)["warm"], tmp_path)[("relu", "tiny")]
     assert (choice.value, choice.edge) == (20, "") and choice.losses[10] == math.inf
+    assert (choice.losses[20], choice.losses[30]) == pytest.approx((5.2, 5.3))  # mean over the scan seeds
