@@ -192,3 +192,33 @@ def test_a_permutation_p_past_the_exact_limit_is_drawn_with_its_seed():
     assert 0.05 < (1 + hits) / (trend.DRAWS + 1) < 0.5  # neither end: every draw counts
     assert t.p_permutation == pytest.approx((1 + hits) / (trend.DRAWS + 1), abs=1e-12)
     assert trend.trend({math.e ** j: pd.Series(dict(enumerate(y[:, j]))) for j in range(5)}) == t  # seeded
+
+
+def unresolved_fields(t) -> tuple:
+    """A Trend's fields with each NaN as the text "nan", so that a whole Trend compares with =="""
+    return tuple("nan" if isinstance(v, float) and math.isnan(v) else v for v in vars(t).values())
+
+
+def test_a_trend_without_enough_sizes_or_seeds_keeps_its_means_and_seeds_and_nothing_else():
+    two = {1.0: pd.Series({0: 0.1, 1: 0.2}), 2.0: pd.Series({0: 0.0, 1: 0.1})}
+    nan = "nan"
+    assert unresolved_fields(trend.trend(two)) == (
+        {1.0: pytest.approx(0.15), 2.0: pytest.approx(0.05)}, (0, 1), (), nan, nan, nan, nan, nan, "not resolved")
+    one_seed = {n: pd.Series({0: 0.1 * n}) for n in (1.0, 2.0, 3.0)}
+    assert unresolved_fields(trend.trend(one_seed))[1:] == ((0,), (), nan, nan, nan, nan, nan, "not resolved")
+    assert unresolved_fields(trend.trend({})) == ({}, (), (), nan, nan, nan, nan, nan, "not resolved")
+
+
+def test_seeds_with_one_slope_have_no_spread():
+    # every seed falls 0.1 per e-fold: the slope is exact (p 0, interval a point); a flat Δ: p 1
+    falling = {math.e ** j: pd.Series({0: -0.1 * j, 1: 0.2 - 0.1 * j}) for j in range(3)}
+    t = trend.trend(falling)
+    assert (t.slope, t.low, t.high) == pytest.approx((-0.1, -0.1, -0.1)) and t.p == 0.0
+    flat = trend.trend({math.e ** j: pd.Series({0: 0.2, 1: 0.3}) for j in range(3)})
+    assert (flat.slope, flat.low, flat.high, flat.p) == (0.0, 0.0, 0.0, 1.0) and flat.reading == "not resolved"
+
+
+def test_a_resolved_slope_reads_shrinks_below_zero_and_grows_from_zero_up():
+    assert [trend.reading(s, True) for s in (-0.5, -1e-9, 0.0, 0.5, 2.0)] == [
+        "shrinks", "shrinks", "grows", "grows", "grows"]
+    assert {trend.reading(s, False) for s in (-0.5, 0.0, 0.5)} == {"not resolved"}
