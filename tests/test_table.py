@@ -480,3 +480,16 @@ def test_a_cells_runs_are_those_at_the_reference_column_unless_a_value_is_given(
     assert sorted(cell_runs(t, BASE)["_col"]) == [500, 500] and sorted(cell_runs(t, BASE, 0)["_col"]) == [0, 0]
     assert list(losses_at(t, BASE)) == pytest.approx([5.2, 5.4]) and list(losses_at(t, BASE, 100)) == pytest.approx(
         [5.1, 5.3])
+
+
+def test_build_tables_skips_a_bad_summary_unless_strict(tmp_path, caplog):
+    write_run(tmp_path, seed=0, final=5.0)
+    (write_run(tmp_path, seed=1) / "summary.json").write_text('{"status": "completed", "experim')
+    assert table.build_tables(tmp_path)["quick"].rows["n"].tolist() == [1]
+    with pytest.raises(SummaryError, match="seed=1"):
+        table.build_tables(tmp_path, strict=True)
+
+
+def test_a_column_heading_is_the_keys_short_name_or_its_last_part():
+    assert [table.short(k) for k in ("optim.lr", "optim.warmup_steps", "train.steps", "model.d_model", "seed")] == [
+        "lr", "wu", "steps", "d_model", "seed"]
