@@ -493,3 +493,18 @@ def test_build_tables_skips_a_bad_summary_unless_strict(tmp_path, caplog):
 def test_a_column_heading_is_the_keys_short_name_or_its_last_part():
     assert [table.short(k) for k in ("optim.lr", "optim.warmup_steps", "train.steps", "model.d_model", "seed")] == [
         "lr", "wu", "steps", "d_model", "seed"]
+
+
+@pytest.mark.parametrize(("finals", "tuned", "tried", "final_mean"), [
+    ({None: 5.0, 30.0: 5.2, 50.0: 5.1}, None, 3, 5.0),  # off is best: its runs are the row's
+    ({None: 5.3, 30.0: 5.0}, 30.0, 2, 5.0),  # off and one value: still a tuned key, its value best
+    ({None: 5.0, 30.0: 5.0, 50.0: 5.0}, 30.0, 3, 5.0),  # a tie: settings in order, numbers before off
+])
+def test_a_tuned_key_that_can_be_off_chooses_off_as_any_other_setting(tmp_path, finals, tuned, tried, final_mean):
+    for seed in range(2):
+        for cap, final in finals.items():
+            write_run(tmp_path, BASE, seed=seed, final=final, test=final, extra={"model.logit_softcap": cap})
+    t = built(tmp_path, tune="model.logit_softcap")
+    row = t.rows.set_index("label").loc[BASE]
+    assert t.tuned == "model.logit_softcap" and (row["tried"], row["final_mean"]) == (tried, pytest.approx(final_mean))
+    assert row["tuned"] == tuned if tuned is not None else row["tuned"] is None or math.isnan(row["tuned"])

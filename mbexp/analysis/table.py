@@ -95,7 +95,8 @@ def _axes(ident: pd.DataFrame, swept: list[str], tune: str) -> tuple[str | None,
     if tune in swept:
         column = column_besides(tune)
         rest = [k for k in swept if k not in (column, tune)]
-        per_row = ident.groupby(rest, dropna=False)[tune].nunique() if rest else ident[tune].nunique()
+        values = ident.groupby(rest, dropna=False)[tune] if rest else ident[tune]
+        per_row = values.nunique(dropna=False)  # an option off (None) is one of the settings tried
         if np.max(per_row) > 1:
             return column, tune
     return column_besides(None), None
@@ -186,10 +187,16 @@ def _chosen(runs: pd.DataFrame) -> pd.Series:
     if runs["_tv"].isna().all():
         return chosen
     for _, cell in runs.groupby(["label", "_col"], dropna=False):
-        best = stats.choose(_val_means(cell))
-        if best is not None:
-            chosen[cell.index] = cell["_tv"] == best
+        means = _val_means(cell)
+        if any(math.isfinite(v) for v in means.values()):  # else every setting diverged: all stay chosen
+            best = stats.choose(means)
+            chosen[cell.index] = [v == best or _off(v) and _off(best) for v in cell["_tv"]]
     return chosen
+
+
+def _off(value) -> bool:
+    """A setting that is off: None in an identity, NaN once pandas has grouped it."""
+    return value is None or isinstance(value, float) and math.isnan(value)
 
 
 def _per_seed(runs: pd.DataFrame, key: str) -> pd.Series:
@@ -227,7 +234,7 @@ def _row_stats(table: Table, runs: pd.DataFrame) -> dict:
         "label": first["label"], "experiment": first["experiment"], "row": first["row"],
         **{axis: first[axis] for axis in AXES},
         "tuned": done["_tv"].iloc[0] if table.tuned and len(done) else None,
-        "tried": ref_runs["_tv"].nunique() if table.tuned else None,
+        "tried": ref_runs["_tv"].nunique(dropna=False) if table.tuned else None,
         **{key: _first(at if len(at) else runs, key) for key in
            ("params", "params_non_embedding", "d_ff", "flops_per_token", "early_step")},
         "early_tokens": early_tokens.iloc[0] if len(early_tokens) else math.nan,
