@@ -305,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "run":
         again = (UNCAUGHT if args.again else ()) + (("timeout",) if args.timeouts else ())
-        run(args.modules, args.jobs, args.tests, again, new=args.new)
+        run(args.modules, args.jobs, args.tests, again, args.new)
     rep = report(args.modules if args.command == "report" else None)  # a run's report: every module, not its own
     OUT.mkdir(parents=True, exist_ok=True)
     if SELECTION.exists():

@@ -120,12 +120,17 @@ def _wrong_curve_value(record: dict) -> str | None:
     return None
 
 
+def is_off(value) -> bool:
+    """A missing or switched-off setting: None in an identity, NaN once pandas has grouped it."""
+    return value is None or isinstance(value, float) and math.isnan(value)
+
+
 def order_key(value) -> tuple:
     """A sort key for config values of any types, never comparing two types: numbers, then text, then lists,
     then missing values (None, NaN), as pandas sorts them."""
     if isinstance(value, tuple):
         return (2, tuple(order_key(v) for v in value))
-    if value is None or isinstance(value, float) and math.isnan(value):
+    if is_off(value):
         return (3, 0)
     if isinstance(value, numbers.Real):
         return (0, value)

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from mbexp.analysis import stats
-from mbexp.analysis.collect import AXES, collect_runs, order_key
+from mbexp.analysis.collect import AXES, collect_runs, is_off, order_key
 from mbexp.analysis.ladder.sizes import PER_RUNG, is_ladder, variant_and_size
 from mbexp.claims.vocabulary import BASELINE, DEFAULT_MARGIN, MARGIN_RULE, valid_margin
 from mbexp.io import FINISHED
@@ -190,13 +190,8 @@ def _chosen(runs: pd.DataFrame) -> pd.Series:
         means = _val_means(cell)
         if any(math.isfinite(v) for v in means.values()):  # else every setting diverged: all stay chosen
             best = stats.choose(means)
-            chosen[cell.index] = [v == best or _off(v) and _off(best) for v in cell["_tv"]]
+            chosen[cell.index] = [v == best or is_off(v) and is_off(best) for v in cell["_tv"]]
     return chosen
-
-
-def _off(value) -> bool:
-    """A setting that is off: None in an identity, NaN once pandas has grouped it."""
-    return value is None or isinstance(value, float) and math.isnan(value)
 
 
 def _per_seed(runs: pd.DataFrame, key: str) -> pd.Series:
