@@ -81,7 +81,7 @@ def pytest_collection_modifyitems(config, items):
     stealing from the ends of the queues, so a long test left near the end runs alone while the other worker idles.
     Under mutmut (scripts/mutation_score.py), a mutant's tests run the earlier killers of its function's mutants
     first, then its module's, then fastest first: with -x the first failing test ends a killed mutant's run."""
-    if "__mutmut_" not in os.environ.get("MUTANT_UNDER_TEST", ""):
+    if not mutated_function():
         items.sort(key=lambda item: 0 if item.get_closest_marker("golden") else 1 if item.get_closest_marker("slow")
                    else 2)
         return

@@ -778,7 +778,7 @@ def test_a_claims_prose_is_kept_as_written():
     from mbexp.claims.parse import parse_claims
 
     data = committed_claims()
-    entries = {e["id"]: e for e in committed_claims()["claims"]}
+    entries = {e["id"]: e for e in data["claims"]}
     claims = parse_claims(data, "x")
     assert any(e.get("paper_numbers") for e in entries.values()) and any(not e.get("note") for e in entries.values())
     for c in claims:

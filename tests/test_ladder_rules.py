@@ -10,10 +10,9 @@ import pytest
 from scipy import stats as scipy_stats
 from test_scaling import curve, write_ladder
 from test_table_rules import holm_by_hand
-from tiny import REPO
+from tiny import REPO, committed_tables
 
 from mbexp.analysis import studies, table
-from mbexp.analysis.collect import collect_runs
 from mbexp.analysis.ladder import checks, powerlaw
 from mbexp.claims.evaluate import evaluate_claim
 from mbexp.claims.parse import load_claims
@@ -87,8 +86,7 @@ def test_a_draw_with_a_loss_at_or_below_zero_is_no_fit():
 
 def test_a_trend_claim_names_its_slow_starts_edge_lrs_and_permutation_p_on_the_committed_replication():
     results = REPO / "results"
-    runs = collect_runs(results)
-    tables = table.tables_for(runs[runs["experiment"] == "ladder_wsd_rep_cpu"])
+    tables = committed_tables("ladder_wsd_rep_cpu")
     studies.annotate(tables, results)
     claim = next(c for c in load_claims(results / "claims.yaml") if c.id == "ladderwsd-rep-deficit-shrinks-600")
     got = evaluate_claim(claim, tables["ladder_wsd_rep_cpu"])
@@ -151,8 +149,7 @@ def declared_elsewhere(tmp_path, claim_id: str, experiment: str):
     from mbexp.claims.provenance import History
 
     results = REPO / "results"
-    runs = collect_runs(results)
-    tables = table.tables_for(runs[runs["experiment"].isin([experiment, f"{experiment}_scan"])])
+    tables = committed_tables(experiment, f"{experiment}_scan")
     studies.annotate(tables, results)
     claim = next(c for c in load_claims(results / "claims.yaml") if c.id == claim_id)
     (tmp_path / "results").mkdir()

@@ -2,18 +2,16 @@
 over both claims' planned seeds, corrected for two looks, the first claim's verdict beside it."""
 
 import math
-from pathlib import Path
 
 import pandas as pd
 import pytest
+from tiny import REPO
 
 from mbexp.analysis import readme, replication, stats
 from mbexp.analysis.ladder.trend import trend
 from mbexp.claims import ClaimsError
 from mbexp.claims.parse import load_claims_text
 from mbexp.claims.result import Result
-
-REPO = Path(__file__).resolve().parent.parent
 
 ENTRY = ("  - {{id: {id}, claim: x, paper: p, experiment: {exp}, hypothesis: better, baseline: base, rows: [{rows}], "
          "seeds: [{seeds}]{more}}}\n")

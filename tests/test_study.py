@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from tiny import REPO, children, group_alive, summaries
+from tiny import REPO, children, committed_tables, group_alive, summaries
 
 from mbexp.analysis import lr_scan, studies
 from mbexp.analysis.table import Table, build_tables
@@ -817,21 +817,6 @@ def test_the_cooldown_fraction_is_read_from_the_studys_experiment_file_and_overr
         studies._fraction.cache_clear()
 
 
-@functools.cache
-def committed_runs() -> pd.DataFrame:
-    from mbexp.analysis.collect import collect_runs
-
-    return collect_runs(REPO / "results")
-
-
-def committed_tables(*experiments: str) -> dict[str, Table]:
-    """Fresh tables of the committed runs of `experiments` (the runs are read once per session)."""
-    from mbexp.analysis.table import tables_for
-
-    runs = committed_runs()
-    return tables_for(runs[runs["experiment"].isin(experiments)].copy())
-
-
 def test_a_study_table_gets_each_rows_chosen_lr_its_edge_and_the_note_the_committed_table_shows():
     tables = committed_tables("ffn_wsd_cpu", "ladder_wsd_cpu", "ladder_wsd_rep_cpu")
     studies.annotate(tables, REPO / "results")
@@ -867,8 +852,7 @@ def test_a_study_with_an_unfinished_scan_says_so_and_the_next_study_is_still_ann
     shutil.copy(REPO / "results" / "claims.yaml", results / "claims.yaml")
     gone = next((results / "runs" / "ffn_wsd_cpu_scan").glob("*/seed=100"))
     shutil.rmtree(gone)
-    for study in ("relu2_wsd_cpu_scan",):
-        shutil.copytree(REPO / "results" / "runs" / study, results / "runs" / study)
+    shutil.copytree(REPO / "results" / "runs" / "relu2_wsd_cpu_scan", results / "runs" / "relu2_wsd_cpu_scan")
     tables = committed_tables("ffn_wsd_cpu", "relu2_wsd_cpu")
     studies.annotate(tables, results)
     (note,) = tables["ffn_wsd_cpu"].notes

@@ -184,14 +184,15 @@ def test_a_permutation_p_past_the_exact_limit_is_drawn_with_its_seed():
 
     y = np.random.default_rng(1).normal(size=(3, 5)) * 0.05 - 0.005 * np.arange(5)  # seeds × sizes
     x = np.arange(5.0)  # ln N
-    t = trend.trend({math.e ** j: pd.Series(dict(enumerate(y[:, j]))) for j in range(5)})
+    deltas = {math.e ** j: pd.Series(dict(enumerate(y[:, j]))) for j in range(5)}
+    t = trend.trend(deltas)
     slopes = np.array([[np.polyfit(x, row[list(o)], 1)[0] for o in itertools.permutations(range(5))] for row in y])
     picks = np.random.default_rng(trend.RNG_SEED).integers(0, 120, size=(trend.DRAWS, 3))
     means = slopes[np.arange(3), picks].mean(axis=1)
     hits = np.sum(np.abs(means) >= abs(t.slope) - 1e-12)
     assert 0.05 < (1 + hits) / (trend.DRAWS + 1) < 0.5  # neither end: every draw counts
     assert t.p_permutation == pytest.approx((1 + hits) / (trend.DRAWS + 1), abs=1e-12)
-    assert trend.trend({math.e ** j: pd.Series(dict(enumerate(y[:, j]))) for j in range(5)}) == t  # seeded
+    assert trend.trend(deltas) == t  # seeded
 
 
 def unresolved_fields(t) -> tuple:

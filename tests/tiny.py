@@ -1,5 +1,6 @@
 """Shared settings for tests that train: the smoke experiment (seconds on a CPU) in a test's own folders."""
 
+import functools
 import json
 import os
 import subprocess
@@ -68,3 +69,19 @@ def group_alive(pgid: int) -> bool:
         if fields[0] != "Z" and int(fields[2]) == pgid:
             return True
     return False
+
+
+@functools.cache
+def committed_runs():
+    """The committed runs under results/, read once per test process."""
+    from mbexp.analysis.collect import collect_runs
+
+    return collect_runs(REPO / "results")
+
+
+def committed_tables(*experiments: str) -> dict:
+    """Fresh tables of the committed runs of `experiments`."""
+    from mbexp.analysis.table import tables_for
+
+    runs = committed_runs()
+    return tables_for(runs[runs["experiment"].isin(experiments)].copy())
