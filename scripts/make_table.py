@@ -159,20 +159,25 @@ def _main(argv: list[str] | None) -> int:
     if args.wandb and (problem := wandb_mode_problem()):
         print(f"error: {problem} (or --no-wandb)", file=sys.stderr)
         return 2
-    return _tables(args)
+    from mbexp.analysis.collect import log
+
+    skipped = _Counter()  # the warnings of this call alone: main can run twice in one process
+    log.addHandler(skipped)
+    try:
+        return _tables(args, skipped)
+    finally:
+        log.removeHandler(skipped)
 
 
-def _tables(args) -> int:
+def _tables(args, skipped: _Counter) -> int:
     from mbexp.analysis import equivalent, files, outputs, regime, render, report, studies, table
-    from mbexp.analysis.collect import collect_runs, log
+    from mbexp.analysis.collect import collect_runs
     from mbexp.claims import ClaimsError
     from mbexp.claims.evaluate import evaluate_file
     from mbexp.claims.parse import check
     from mbexp.claims.provenance import orphans
     from mbexp.run.identity import experiments_in, linked_outside
 
-    skipped = _Counter()
-    log.addHandler(skipped)
     try:
         check(args.results)  # every mode refuses a bad claims file, as the trainer does
         found = experiments_in(args.results)

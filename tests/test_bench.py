@@ -1,9 +1,8 @@
 """`make bench`'s report (mbexp.bench.report): the speed bar's checks and verdict from measurements written as
 scripts/bench.py writes them, and which sections it runs; nothing is timed here."""
 
-import importlib.util
 
-from tiny import REPO
+from tiny import script
 
 from mbexp.bench.report import checks, ratios, table, verdict
 from mbexp.bench.speed_bar import SPEED_BAR
@@ -67,9 +66,7 @@ def test_without_native_bf16_the_report_shows_fp32_and_the_one_bf16_glance():
 
 
 def bench_args(*argv: str):
-    spec = importlib.util.spec_from_file_location("bench_cli", REPO / "scripts" / "bench.py")
-    cli = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cli)
+    cli = script("bench")
     return cli, cli.parse_args(["--device", "cpu", *argv])
 
 

@@ -1,19 +1,17 @@
 """Claims as data on hand-made runs: family Holm, seeds beyond the plan, epochs, orderings, equivalence, power."""
 
 import csv
-import importlib.util
 import io
 import math
 import re
 import statistics
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
 import yaml
 from scipy import stats as scipy_stats
 from test_table import BASE, ROOT, write_run
+from tiny import make_table_here, script
 
 from mbexp.analysis import report, stats, table
 from mbexp.claims import ClaimsError, family
@@ -174,8 +172,7 @@ def test_claims_file_errors_are_one_line(tmp_path):
     with pytest.raises(ClaimsError, match="hypothesis must be one of"):
         load_claims(bad)
     sweep(tmp_path)
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "make_table.py"), "--no-wandb", "--results",
-                           str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    done = make_table_here(tmp_path, "--no-wandb")
     assert done.returncode == 2 and not (tmp_path / "tables").exists()
     assert done.stderr.splitlines() == [f"error: claims file {bad}, claim 0 (x): hypothesis must be one of better, "
                                         "worse, equivalent, ordering and statistic one of delta, sensitivity, "
@@ -187,8 +184,7 @@ def test_make_table_writes_the_claims_table(tmp_path):
     (tmp_path / "claims.yaml").write_text(
         "claims:\n  - {id: glu, claim: GLU beats ReLU, paper: Shazeer 2020, experiment: quick, hypothesis: better,\n"
         f"     baseline: {BASE}, rows: [{A}, {B}], seeds: [0, 1, 2]}}\n")
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "make_table.py"), "--no-wandb", "--results",
-                           str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    done = make_table_here(tmp_path, "--no-wandb")
     assert done.returncode == 0, done.stderr
     md = (tmp_path / "tables" / "claims.md").read_text()
     assert "| GLU beats ReLU (`glu`) | Shazeer 2020 | quick |" in md and "**agrees**" in md
@@ -356,10 +352,7 @@ def test_beyond_margin_is_below_alpha_exactly_when_the_95_interval_clears_the_ma
 
 def worked_example():
     """scripts/worked_example.py, the docs' fixture: a script beside make_report.py, outside the package."""
-    spec = importlib.util.spec_from_file_location("worked_example", ROOT / "scripts" / "worked_example.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script("worked_example")
 
 
 def test_the_worked_example_in_docs_is_its_fixture_computed_and_checked_by_hand():

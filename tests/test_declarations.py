@@ -1,7 +1,6 @@
 """Declared claims: the digests a run records at launch, confirmatory vs exploratory verdicts on real runs, and the
 claims file's validation (one line naming the file and the claim)."""
 
-import importlib.util
 import json
 import logging
 import os
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from tiny import REPO, SMOKE, clean, mbexp_train, overrides
+from tiny import REPO, SMOKE, clean, mbexp_train, overrides, script
 
 from mbexp.claims import ClaimsError, parse
 from mbexp.config import compose_config, to_object
@@ -41,10 +40,7 @@ def launch(tmp, cache) -> list[dict]:
 
 def standing(results) -> list[str]:
     """`make table` (its main, in this process) on the results, then claims.csv's confirmatory/exploratory column."""
-    spec = importlib.util.spec_from_file_location("make_table", REPO / "scripts" / "make_table.py")
-    make_table = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(make_table)
-    assert make_table.main(["--results", str(results), "--no-wandb"]) == 0
+    assert script("make_table").main(["--results", str(results), "--no-wandb"]) == 0
     return pd.read_csv(results / "tables" / "claims.csv")["standing"].tolist()
 
 

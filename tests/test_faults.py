@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny import REPO, children, clean, mbexp_train, metrics, overrides, summaries
+from tiny import REPO, children, clean, make_table_here, mbexp_train, metrics, overrides, summaries
 
 from mbexp import corpus, data
 from mbexp.analysis.collect import collect_runs
@@ -204,8 +204,7 @@ def test_a_read_only_results_folder_skips_finished_runs_and_fails_new_ones_in_on
     (line,) = flagged(new.stderr)
     assert "cannot write" in line and "Read-only file system (EROFS)" in line and "Traceback" not in new.stderr
     assert sorted(p.relative_to(small_disk) for p in small_disk.rglob("*")) == before
-    table = subprocess.run([sys.executable, "scripts/make_table.py", "--results", str(small_disk / "results"),
-                            "--no-wandb"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    table = make_table_here(small_disk / "results", "--no-wandb")
     assert table.returncode == 1 and "Traceback" not in table.stderr
     (line,) = flagged(table.stderr)
     assert line.startswith(f"error: cannot write {small_disk / 'results'}") and "(EROFS)" in line
@@ -243,8 +242,7 @@ def test_an_interrupted_run_is_named_by_make_table_with_the_command_that_resumes
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert found and proc.returncode == 130, err
-    table = subprocess.run([sys.executable, "scripts/make_table.py", "--results", str(tmp_path / "results"),
-                            "--no-wandb"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    table = make_table_here(tmp_path / "results", "--no-wandb")
     assert table.returncode == 1
     (line,) = flagged(table.stderr)
     directory = found[0].parent
@@ -666,25 +664,20 @@ def test_a_damaged_run_directory_trains_with_at_most_one_line(tmp_path, cache, d
 
 
 # ---- make table: a bad file is named and left out, the rest tabled; a fault is one line ----
-def make_table(results: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "scripts/make_table.py", "--results", str(results), *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
-
-
 def test_make_table_only_writes_that_experiment_and_nothing_else(tmp_path):
     from test_table import write_run
 
     for seed in range(2):
         write_run(tmp_path, seed=seed, experiment="quick", curve=[7.0, 6.0])
         write_run(tmp_path, seed=seed, experiment="other", curve=[7.0, 6.0])
-    first = make_table(tmp_path, "--only", "quick", "--no-wandb")
+    first = make_table_here(tmp_path, "--only", "quick", "--no-wandb")
     assert first.returncode == 0, first.stderr
     written = [p.name for p in tmp_path.glob("*/*") if p.parent.name in ("tables", "figures")]
     assert written and all(name.startswith("quick") for name in written), written
-    assert make_table(tmp_path, "--no-wandb").returncode == 0
+    assert make_table_here(tmp_path, "--no-wandb").returncode == 0
     (tmp_path / "tables" / "other.md").write_text("untouched\n")
     stamps = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file() and "quick" not in p.name}
-    again = make_table(tmp_path, "--only", "quick", "--no-wandb")
+    again = make_table_here(tmp_path, "--only", "quick", "--no-wandb")
     assert again.returncode == 0 and "## other" not in again.stdout
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
     assert (tmp_path / "tables" / "other.md").read_text() == "untouched\n"
@@ -712,14 +705,14 @@ def nan_final_loss(results: Path) -> tuple[Path, str]:
 @pytest.mark.parametrize("bad_file", [non_utf8_metrics, nan_final_loss], ids=["non-UTF-8 metrics", "NaN final loss"])
 def test_make_table_names_a_bad_file_tables_the_rest_and_strict_refuses(tmp_path, bad_file):
     bad, says = bad_file(tmp_path)
-    done = make_table(tmp_path, "--no-wandb")
+    done = make_table_here(tmp_path, "--no-wandb")
     assert done.returncode == 4, done.stderr[-2000:]
     warnings = flagged(done.stderr)
     assert len(warnings) == 2 and str(bad) in warnings[0] and says in warnings[0], warnings
     assert warnings[1].startswith("warning: 1 run file(s) left out or counted as diverged")
     quick = (tmp_path / "tables" / "quick.md").read_text()
     assert "nan" not in quick.lower() and "Traceback" not in done.stderr
-    strict = make_table(tmp_path, "--no-wandb", "--strict")
+    strict = make_table_here(tmp_path, "--no-wandb", "--strict")
     assert strict.returncode == 1 and "Traceback" not in strict.stderr
     (line,) = flagged(strict.stderr)
     assert line.startswith(f"error: {bad}: ")
@@ -791,7 +784,7 @@ def test_a_linked_experiment_or_variant_folder_is_read_by_every_make_table(tmp_p
     says = [] if linked == "experiment inside" else [
         f"warning: {link} leads outside {results}, to {link.resolve()}; its runs are read as if they were here"]
     for args in ([], ["--only", "quick"]):
-        done = make_table(results, "--no-wandb", *args)
+        done = make_table_here(results, "--no-wandb", *args)
         assert done.returncode == 0, done.stderr[-2000:]
         assert "## quick" in done.stdout and flagged(done.stderr) == says, (args, done.stderr)
         assert "(2) | baseline" in (results / "tables" / "quick.md").read_text()  # both seeds
@@ -830,7 +823,7 @@ def test_make_table_only_refuses_a_bad_claims_file_as_the_full_run_does(tmp_path
                     "hypothesis: better, seeds: [0]}\n")
     says = f"error: claims file {path}: margin must be a positive, finite number of nats, got -1"
     for args in ([], ["--only", "quick"]):
-        done = make_table(tmp_path, "--no-wandb", *args)
+        done = make_table_here(tmp_path, "--no-wandb", *args)
         assert done.returncode == 2 and done.stderr.splitlines() == [says], (args, done.stderr)
         assert not (tmp_path / "tables").exists()
 

@@ -2,11 +2,10 @@
 (scripts/coord_check.py), the init-only control, the width presets and a short μP run."""
 
 import dataclasses
-import importlib.util
 
 import pytest
 import torch
-from tiny import REPO, mbexp_train, overrides, summaries
+from tiny import mbexp_train, overrides, script, summaries
 
 from mbexp import names
 from mbexp.config import Config, compose_config, model_spec, to_object
@@ -120,10 +119,7 @@ def test_every_init_std_and_effective_lr_is_the_mup_packages(case):
 
 
 def load_coord_check():
-    module_spec = importlib.util.spec_from_file_location("coord_check", REPO / "scripts" / "coord_check.py")
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module
+    return script("coord_check")
 
 
 def test_coordinates_stay_flat_in_width_under_mup_and_grow_under_sp():

@@ -4,14 +4,12 @@ summaries drawn from known curves, and a real tiny ladder end to end."""
 import json
 import math
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from tiny import REPO, mbexp_train, overrides, summaries
+from tiny import REPO, make_table_here, mbexp_train, overrides, summaries
 
 from mbexp.analysis import outputs, table
 from mbexp.analysis.collect import collect_runs
@@ -323,8 +321,7 @@ def test_real_tiny_ladder_end_to_end(tmp_path, cache):
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = tmp_path / "results"
     assert len(summaries(results)) == 12
-    done = subprocess.run([sys.executable, "scripts/make_table.py", "--results", str(results), "--no-wandb",
-                           "--resamples", "20"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    done = make_table_here(results, "--no-wandb", "--resamples", "20")
     assert done.returncode == 0, done.stderr
     md = (results / "tables" / "tiny_ladder_fit.md").read_text()
     assert "95% bootstrap interval over seeds, 20 refits" in md

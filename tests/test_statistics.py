@@ -1,14 +1,14 @@
 """A statistic is one class (mbexp.claims.statistics, docs/contributing.md "Adding a statistic"): a toy one,
 registered, declared in a claims file and read by `make table` end to end; and what each registered one declares."""
 
-import importlib.util
 import statistics
 
 import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 from test_claims import BIG, A
-from test_table import BASE, ROOT, write_run
+from test_table import BASE, write_run
+from tiny import script
 
 from mbexp.claims import ClaimsError
 from mbexp.claims.parse import load_claims
@@ -52,10 +52,7 @@ def test_a_statistic_of_one_class_registered_is_read_end_to_end_by_make_table(tm
         load_claims(tmp_path / "claims.yaml")  # not registered: the claims file names no such statistic
 
     monkeypatch.setitem(STATISTICS, ValDelta.name, ValDelta())
-    spec = importlib.util.spec_from_file_location("make_table", ROOT / "scripts" / "make_table.py")
-    make_table = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(make_table)
-    assert make_table.main(["--results", str(tmp_path), "--no-wandb"]) == 0
+    assert script("make_table").main(["--results", str(tmp_path), "--no-wandb"]) == 0
     rows = pd.read_csv(tmp_path / "tables" / "claims.csv").set_index("claim")
     deltas = [a - b for a, b in zip(VAL[A], VAL[BASE])]
     by_hand = scipy_stats.ttest_1samp(deltas, 0)

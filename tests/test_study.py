@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from tiny import REPO, children, committed_tables, group_alive, summaries
+from tiny import REPO, children, committed_tables, group_alive, script, summaries
 
 from mbexp.analysis import lr_scan, studies
 from mbexp.analysis.table import Table, build_tables
@@ -423,12 +423,7 @@ def test_the_study_command_scans_chooses_and_runs_the_planned_seeds(tmp_path, ca
 
     # the claim's conditions hold (each row at its scan's LR); declared before its runs, but in a results folder
     # git does not track, so no commit declared it: exploratory (tests/test_declarations.py: the confirmatory path)
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("make_table", REPO / "scripts" / "make_table.py")
-    make_table = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(make_table)
-    assert make_table.main(["--results", str(results), "--no-wandb"]) == 0
+    assert script("make_table").main(["--results", str(results), "--no-wandb"]) == 0
     claims = pd.read_csv(results / "tables" / "claims.csv").iloc[0]
     assert claims["standing"] == "exploratory" and pd.isna(claims["conditions_unmet"])
     assert claims["runs_read"] > 4  # the planned runs and the scan runs of the rows read
@@ -777,12 +772,7 @@ def test_a_study_that_tunes_the_warmup_scans_chooses_and_runs_end_to_end(tmp_pat
     assert {s["seed"] for s in planned} == {1} and len(planned) == 2
     assert f"  ffn=relu: optim.warmup_steps={chosen['relu']}" in done.stdout
 
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("make_table", REPO / "scripts" / "make_table.py")
-    make_table = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(make_table)
-    assert make_table.main(["--results", str(results), "--no-wandb"]) == 0
+    assert script("make_table").main(["--results", str(results), "--no-wandb"]) == 0
     scanned = (results / "tables" / "warm_lr_scan.md").read_text()
     assert scanned.startswith("**warm** — optim.warmup_steps scan") and "| optim.warmup_steps=0 |" in scanned
     frame = pd.read_csv(results / "tables" / "warm_lr_scan.csv")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
+from tiny import make_table_here
 
 from mbexp.analysis import figures, outputs, render, stats, table
 from mbexp.analysis.collect import SummaryError, collect_runs, load_curves
@@ -391,17 +392,16 @@ def test_outputs_written_complete_and_deterministic(tmp_path):
     assert {p: p.read_bytes() for p in before} == before
 
 
-def make_table(*args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, str(ROOT / "scripts" / "make_table.py"), "--no-wandb", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=120)
+def make_table(results: Path, *args: str) -> subprocess.CompletedProcess:
+    return make_table_here(results, "--no-wandb", *args)
 
 
 def test_cli_without_results_prints_one_line(tmp_path):
-    done = make_table("--results", str(tmp_path))
+    done = make_table(tmp_path)
     assert done.returncode == 0
     assert done.stdout.strip().count("\n") == 0 and "no finished runs" in done.stdout
     assert "Traceback" not in done.stderr
-    typo = make_table("--results", str(tmp_path / "resluts"))
+    typo = make_table(tmp_path / "resluts")
     assert typo.returncode == 2 and not typo.stdout
     assert typo.stderr.splitlines() == [
         f"error: --results {tmp_path / 'resluts'} is not a folder (it should hold runs/)"]
@@ -411,19 +411,19 @@ def test_cli_writes_and_prints_tables_and_rejects_bad_options(tmp_path):
     write_sweep(tmp_path)
     bad = write_run(tmp_path, "rms-post-relu-matched") / "summary.json"
     bad.write_text("{")
-    done = make_table("--results", str(tmp_path), "--baseline", "quick=rms-pre-swiglu-matched", "--margin", "0.05")
+    done = make_table(tmp_path, "--baseline", "quick=rms-pre-swiglu-matched", "--margin", "0.05")
     assert done.returncode == 4, done.stderr  # tables written, one file left out
     assert "## other" in done.stdout and "## quick" in done.stdout and "| rms-pre-swiglu-matched |" in done.stdout
     assert "within ±0.05 nats" in done.stdout
     assert str(bad) in done.stderr and "Traceback" not in done.stderr
-    strict = make_table("--results", str(tmp_path), "--strict")
+    strict = make_table(tmp_path, "--strict")
     assert strict.returncode == 1 and "Traceback" not in strict.stderr
     [line] = strict.stderr.strip().splitlines()
     assert line.startswith(f"error: {bad}: unreadable JSON")
-    tune = make_table("--results", str(tmp_path), "--tune", "optim.lrr")
+    tune = make_table(tmp_path, "--tune", "optim.lrr")
     [line] = tune.stderr.strip().splitlines()[-1:]
     assert tune.returncode == 1 and line.startswith("error: --tune 'optim.lrr' is not a config key")
-    few = make_table("--results", str(tmp_path), "--resamples", "5")
+    few = make_table(tmp_path, "--resamples", "5")
     assert few.returncode == 2 and "--resamples: expected an integer of at least 20, got '5'" in few.stderr
 
 

@@ -1,13 +1,13 @@
 """The table's documented rules (docs/columns.md), each against an independent value: scipy, a hand calculation."""
 
-import importlib.util
 import math
 import statistics
 
 import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
-from test_table import BASE, ROOT, write_run
+from test_table import BASE, write_run
+from tiny import script
 
 from mbexp.analysis import figures, table
 
@@ -89,10 +89,7 @@ def test_forest_draws_a_one_seed_row_as_a_hollow_point_without_interval(tmp_path
 
 
 def make_table_main(*args: str) -> int:
-    spec = importlib.util.spec_from_file_location("make_table", ROOT / "scripts" / "make_table.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main(["--no-wandb", *args])
+    return script("make_table").main(["--no-wandb", *args])
 
 
 def test_make_table_exits_1_for_a_bad_baseline_and_2_for_bad_arguments(tmp_path, capsys):

@@ -1,7 +1,11 @@
 """Shared settings for tests that train: the smoke experiment (seconds on a CPU) in a test's own folders."""
 
+import contextlib
 import functools
+import importlib.util
+import io
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -30,6 +34,35 @@ def mbexp_train(args: list[str], *, timeout: int = 300, env: dict | None = None)
     """`python -m mbexp.train ARGS` as a user types it, from the repository root."""
     return subprocess.run([sys.executable, "-m", "mbexp.train", *clean(args)], cwd=REPO, capture_output=True,
                           text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+@functools.cache
+def script(name: str):
+    """scripts/<name>.py as a module, loaded once per test process."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def make_table_here(results: Path, *args: str) -> subprocess.CompletedProcess:
+    """`python scripts/make_table.py --results RESULTS ARGS` run by its main in this process (its imports paid
+    once): the exit code and what it prints, its log lines included, as a process of its own would give them."""
+    out, err = io.StringIO(), io.StringIO()
+    root = logging.getLogger()
+    kept = root.handlers, root.level
+    root.handlers = []  # so that the script's logging.basicConfig writes to this call's stderr, as in a process
+    root.setLevel(logging.WARNING)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = script("make_table").main(["--results", str(results), *args])
+            except SystemExit as stop:  # argparse's usage errors
+                code = stop.code
+    finally:
+        root.handlers, root.level = kept
+        logging.addLevelName(logging.WARNING, "WARNING")
+    return subprocess.CompletedProcess(["make_table.py", *args], code, out.getvalue(), err.getvalue())
 
 
 def summaries(results: Path) -> list[dict]:

@@ -3,12 +3,11 @@ multiplier and crossover between two curves, and the joint least-squares fit on 
 extended precision so that every CPU writes the same bytes."""
 
 import math
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import OptimizeWarning, curve_fit
+from scipy.optimize import least_squares
 
 ALPHA_BOUNDS = (1e-6, 2.0)  # α in (0, 2]
 E_STARTS = (0.0, 0.5, 0.9)  # the fit starts with E at these fractions of the least loss and keeps the best
@@ -70,16 +69,15 @@ def fit(points: pd.DataFrame, start: np.ndarray | None = None, *, zero_floor: bo
     if not y.min() > 0:  # a bootstrap draw of a 2-seed point (t on 1 df) can reach it: that refit is dropped
         raise RuntimeError("a mean loss at or below 0: no power law with E ≥ 0 fits it")
 
-    def model(_, e, *ab):
-        a, alpha = np.asarray(ab[:k]), np.asarray(ab[k:])
-        return e + np.exp(a[which] - alpha[which] * x)
+    rows, a_at, alpha_at = np.arange(len(y)), 1 + which, 1 + k + which  # each point's log A and α in p
 
-    rows = np.arange(len(y))
+    def residual(p):
+        return p[0] + np.exp(p[a_at] - p[alpha_at] * x) - y
 
-    def jacobian(_, *p):  # ∂model/∂(E, log A_1..k, α_1..k), in closed form: no finite differences
-        g = _model_parts(np.asarray(p), x, which, k)[1]
+    def jacobian(p):  # ∂model/∂(E, log A_1..k, α_1..k), in closed form: no finite differences
+        g = np.exp(p[a_at] - p[alpha_at] * x)
         out = np.zeros((len(y), len(p)))
-        out[:, 0], out[rows, 1 + which], out[rows, 1 + k + which] = 1.0, g, -x * g
+        out[:, 0], out[rows, a_at], out[rows, alpha_at] = 1.0, g, -x * g
         return out
 
     low = [0.0] + [-np.inf] * k + [ALPHA_BOUNDS[0]] * k
@@ -89,14 +87,12 @@ def fit(points: pd.DataFrame, start: np.ndarray | None = None, *, zero_floor: bo
     def solve(starts: list, box: tuple) -> np.ndarray | None:
         best, best_sse = None, math.inf
         for p0 in starts:
-            try:
-                with warnings.catch_warnings():  # no covariance when points = parameters: only the fit is used
-                    warnings.simplefilter("ignore", OptimizeWarning)
-                    params, _ = curve_fit(model, np.arange(len(y)), y, p0=np.clip(p0, box[0], np.nextafter(box[1], 0)),
-                                          bounds=box, max_nfev=2000, jac=jacobian)
-            except RuntimeError:  # no convergence from this start
+            got = least_squares(residual, np.clip(p0, box[0], np.nextafter(box[1], 0)), jac=jacobian, bounds=box,
+                                method="trf", max_nfev=2000)
+            if not got.success:  # no convergence from this start
                 continue
-            sse = float(np.sum((model(None, *params) - y) ** 2))
+            params = got.x
+            sse = float(np.sum(residual(params) ** 2))
             if sse < best_sse:
                 best, best_sse = params, sse
         return best
