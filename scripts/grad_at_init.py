@@ -51,6 +51,8 @@ def grad_norms(placement: str, init: str, *, layers: int, seed: int, batch, cfg,
     model = make_learner(cfg, data, torch.device("cpu"), "fp32").model
     if init == "xavier":
         xavier_init(model)
+    for name, parameter in model.named_parameters():  # only the FFN weights' gradients are read: the rest is skipped
+        parameter.requires_grad_(name.endswith(tuple(f"{w}.weight" for w in WEIGHTS)))
     _, loss = model(*batch)
     loss.backward()
     rows = []
