@@ -181,3 +181,34 @@ def test_beyond_margin_at_zero_spread_and_inside_the_margin():
     assert stats.beyond_margin(inside, 0.02) == 1.0
     near = stats.Interval(delta=0.03, se=0.01, df=3.0)
     assert stats.beyond_margin(near, 0.02) == pytest.approx(2 * scipy_stats.t.sf(1.0, 3.0))
+
+
+def test_a_zero_spread_interval_keeps_its_df_and_samples_as_floats():
+    welch = stats.welch(pd.Series([1, 1, 1]), pd.Series([2, 2]))  # integer losses: the samples are floats
+    assert welch.df == math.inf and welch.se == 0.0 and (welch.low, welch.high) == (-1.0, -1.0)
+    assert [s.dtype for s in welch.samples] == [np.float64, np.float64]
+    paired = stats.paired(pd.Series([1, 2, 3]), pd.Series([0, 1, 2]))
+    assert paired.df == 2 and paired.p == 0.0 and paired.samples[0].dtype == np.float64
+    assert paired.samples[0].tolist() == [1.0, 1.0, 1.0]
+    one = stats.paired(pd.Series([1.0], index=[0]), pd.Series([2.0, 3.0], index=[0, 1]))
+    assert math.isnan(one.delta) and one.method != "paired"
+
+
+def test_compare_passes_its_level_to_welch():
+    a, b = pd.Series([5.0, 5.2, 4.9], index=[0, 1, 2]), pd.Series([5.3, 5.6], index=[3, 4])  # no shared seed
+    wide, narrow = stats.compare(a, b), stats.compare(a, b, level=0.5)
+    assert wide.method == narrow.method == "welch"
+    assert narrow.high - narrow.low < wide.high - wide.low
+    half = stats.welch(a, b, 0.5)
+    assert (narrow.low, narrow.high) == pytest.approx((half.low, half.high))
+
+
+def test_a_zero_spread_welch_tost_is_0_strictly_inside_the_margin_and_1_at_it():
+    inside = stats.welch(pd.Series([1.25, 1.25, 1.25]), pd.Series([1.0, 1.0]))
+    at = stats.welch(pd.Series([1.5, 1.5, 1.5]), pd.Series([1.0, 1.0]))
+    assert (inside.se, at.se, at.delta) == (0.0, 0.0, 0.5)
+    assert stats.tost(inside, 0.5) == 0.0 and stats.tost(at, 0.5) == 1.0
+
+
+def test_a_slow_start_is_flagged_from_three_other_seeds():
+    assert stats.slow_starts(pd.Series([5.0, 5.1, 4.9, 7.0])) == [3]  # median 5.0, robust SD 0.148 from the others

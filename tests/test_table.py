@@ -491,8 +491,16 @@ def test_build_tables_skips_a_bad_summary_unless_strict(tmp_path, caplog):
 
 
 def test_a_column_heading_is_the_keys_short_name_or_its_last_part():
-    assert [table.short(k) for k in ("optim.lr", "optim.warmup_steps", "train.steps", "model.d_model", "seed")] == [
-        "lr", "wu", "steps", "d_model", "seed"]
+    assert [table.short(k) for k in ("optim.lr", "optim.warmup_steps", "train.steps", "model.d_model", "seed",
+                                     "data.hub.name")] == ["lr", "wu", "steps", "d_model", "seed", "name"]
+
+
+def test_a_results_folder_without_runs_holds_no_experiments(tmp_path):
+    from mbexp.run.identity import experiments_in
+
+    assert experiments_in(tmp_path) == []
+    write_run(tmp_path, experiment="quick")
+    assert experiments_in(tmp_path) == ["quick"]
 
 
 @pytest.mark.parametrize(("finals", "tuned", "tried", "final_mean"), [
