@@ -50,3 +50,18 @@ def test_a_third_start_keeps_every_commit_the_run_was_resumed_on():
     third = resumed_provenance(launch, {"git_commit": "c" * 40, "git_clean": True})
     assert third == {"git_commit": "a" * 40, "git_clean": True, "git_resumed": ["b" * 40, "c" * 40]}
     assert resumed_provenance(third, {"git_commit": "b" * 40, "git_clean": True})["git_resumed"] == ["b" * 40, "c" * 40]
+
+
+def test_a_jobs_command_is_its_overrides_after_the_module_and_none_outside_hydra():
+    from hydra.core.hydra_config import HydraConfig
+
+    from mbexp.config import compose_config
+    from mbexp.run.identity import job_command
+
+    assert job_command() is None
+    HydraConfig.instance().set_config(compose_config(["ffn=relu", "seed=3"], return_hydra_config=True))
+    try:
+        assert job_command() == "python -m mbexp.train ffn=relu seed=3"
+    finally:
+        HydraConfig.instance().cfg = None
+    assert job_command() is None
