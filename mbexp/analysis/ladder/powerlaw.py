@@ -69,15 +69,15 @@ def fit(points: pd.DataFrame, start: np.ndarray | None = None, *, zero_floor: bo
     if not y.min() > 0:  # a bootstrap draw of a 2-seed point (t on 1 df) can reach it: that refit is dropped
         raise RuntimeError("a mean loss at or below 0: no power law with E ≥ 0 fits it")
 
-    rows, a_at, alpha_at = np.arange(len(y)), 1 + which, 1 + k + which  # each point's log A and α in p
+    rows = np.arange(len(y))
 
     def residual(p):
-        return p[0] + np.exp(p[a_at] - p[alpha_at] * x) - y
+        return _model_parts(p, x, which, k)[0] - y
 
     def jacobian(p):  # ∂model/∂(E, log A_1..k, α_1..k), in closed form: no finite differences
-        g = np.exp(p[a_at] - p[alpha_at] * x)
+        g = _model_parts(p, x, which, k)[1]
         out = np.zeros((len(y), len(p)))
-        out[:, 0], out[rows, a_at], out[rows, alpha_at] = 1.0, g, -x * g
+        out[:, 0], out[rows, 1 + which], out[rows, 1 + k + which] = 1.0, g, -x * g
         return out
 
     low = [0.0] + [-np.inf] * k + [ALPHA_BOUNDS[0]] * k
