@@ -1,5 +1,6 @@
 """Shared settings for tests that train: the smoke experiment (seconds on a CPU) in a test's own folders."""
 
+import atexit
 import contextlib
 import functools
 import importlib.util
@@ -7,8 +8,11 @@ import io
 import json
 import logging
 import os
+import select
+import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -31,9 +35,77 @@ def clean(args: list[str]) -> list[str]:
 
 
 def mbexp_train(args: list[str], *, timeout: int = 300, env: dict | None = None) -> subprocess.CompletedProcess:
-    """`python -m mbexp.train ARGS` as a user types it, from the repository root."""
-    return subprocess.run([sys.executable, "-m", "mbexp.train", *clean(args)], cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+    """`python -m mbexp.train ARGS` as a user types it, from the repository root: in a process forked from a warm
+    interpreter (tests/warm.py) where nothing it imported reads a variable that differs, else in a new one."""
+    command, env = [sys.executable, "-m", "mbexp.train", *clean(args)], {**os.environ, **(env or {})}
+    if _warm_reads_the_same(env):
+        return _run_warm(command, env, timeout)
+    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+# the variables read while a command runs, not when torch or Hydra is imported: these may differ from the warm
+# interpreter's; any other difference (OpenMP's, torch's, Python's own settings) gets a new interpreter
+RUN_TIME_ENV = ("PYTEST_CURRENT_TEST", "WANDB_", "MBEXP_", "GIT_", "TORCHINDUCTOR_CACHE_DIR")
+
+
+def _warm_reads_the_same(env: dict) -> bool:
+    started = _warm()[1] if _warm.cache_info().currsize else os.environ  # one not started yet would get os.environ
+    differ = (set(env) ^ set(started)) | {k for k in env.keys() & started.keys() if env[k] != started[k]}
+    return all(k.startswith(RUN_TIME_ENV) for k in differ)
+
+
+@functools.cache
+def _warm() -> tuple[subprocess.Popen, dict]:
+    """The warm interpreter of this test process, started on first use, and the environment it started with."""
+    env = dict(os.environ)
+    proc = subprocess.Popen([sys.executable, str(REPO / "tests" / "warm.py")], cwd=REPO, env=env, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    atexit.register(_stop, proc)
+    return proc, env
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """The warm interpreter ends at the end of its input; its exit is waited for (no process outlives the tests)."""
+    proc.stdin.close()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _run_warm(command: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
+    """`command` run by a child of the warm interpreter, with subprocess.run's result and its timeout."""
+    proc = _warm()[0]
+    with tempfile.TemporaryDirectory() as folder:
+        out, err = Path(folder, "out"), Path(folder, "err")
+        out.touch(), err.touch()
+        request = {"args": command[3:], "cwd": str(REPO), "env": env, "out": str(out), "err": str(err)}
+        proc.stdin.write(json.dumps(request) + "\n")
+        proc.stdin.flush()
+        pid = int(_line(proc.stdout.fileno(), None))
+        code = _line(proc.stdout.fileno(), timeout)
+        if code is None:  # as subprocess.run: the command killed, what it wrote kept with the error
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            _line(proc.stdout.fileno(), None)
+        done = subprocess.CompletedProcess(command, code and int(code), out.read_text(), err.read_text())
+    if code is None:
+        raise subprocess.TimeoutExpired(command, timeout, done.stdout, done.stderr)
+    return done
+
+
+def _line(fd: int, timeout: float | None) -> str | None:
+    """One line from the warm interpreter, read unbuffered (its next line stays unread); None after `timeout`."""
+    got = b""
+    while not got.endswith(b"\n"):
+        if not select.select([fd], [], [], timeout)[0]:
+            return None
+        byte = os.read(fd, 1)
+        if not byte:
+            raise RuntimeError("the warm interpreter (tests/warm.py) ended")
+        got += byte
+    return got.decode()
 
 
 @functools.cache
