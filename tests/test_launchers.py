@@ -18,7 +18,7 @@ BUDGET = ["train.steps=120", "train.eval_every=60", "train.checkpoint_every=1000
 SWEEP = ["ffn=relu,swiglu", *BUDGET]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # once per test process: see test_table_sweep.py's `sweep`
 def joblib_sweep(tmp_path_factory, cache):
     tmp = tmp_path_factory.mktemp("joblib")
     args = ["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={tmp}/multirun",

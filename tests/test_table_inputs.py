@@ -18,7 +18,7 @@ WSD = ["train.steps=10", "train.eval_every=5", "train.log_every=5", "optim.warmu
        "optim.schedule=wsd", "optim.cooldown_shape=linear,sqrt", "seed=0,1"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # once per test process: see test_table_sweep.py's `sweep`
 def wsd_results(tmp_path_factory, cache) -> Path:
     """Four real smoke runs of the WSD sweep, trained once; each test works on its own copy."""
     tmp = tmp_path_factory.mktemp("wsd")

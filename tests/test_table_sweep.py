@@ -30,7 +30,9 @@ def make(*args: str, **kw) -> subprocess.CompletedProcess:
                           cwd=REPO, capture_output=True, text=True, timeout=300, **kw)
 
 
-@pytest.fixture(scope="module")
+# the sweeps are set up once per test process (session scope): the workers interleave this module with others,
+# and a module fixture would be set up again each time its module comes back
+@pytest.fixture(scope="session")
 def sweep(tmp_path_factory, cache):
     tmp = tmp_path_factory.mktemp("sweep")
     proc = mbexp_train(["-m", *overrides(tmp, cache), "name=tiny_sweep", "ffn=relu,swiglu", "optim.lr=0.001,0.01",
@@ -42,7 +44,7 @@ def sweep(tmp_path_factory, cache):
     return tmp / "results"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def made(sweep, tmp_path_factory):
     """`make table` on the sweeps (with a claim declared after their runs), its W&B run written under a folder of
     its own."""
