@@ -182,3 +182,23 @@ def test_a_checkpoint_of_another_config_is_never_resumed(tmp_path, caplog):
     assert checkpoint.load(tmp_path, config_hash="ours") == {"config_hash": "ours", "step": 10}
     assert checkpoint.load(tmp_path, config_hash="other") is None
     assert "training again from step 0" in caplog.text
+
+
+def test_a_previous_checkpoint_alone_is_resumed_and_a_passed_over_one_is_named(tmp_path, caplog):
+    """The latest checkpoint missing: the previous one is read. One of another config passed over: the warning names
+    the folder and says why, and the run resumes from this config's previous checkpoint."""
+    from mbexp.run import checkpoint
+
+    checkpoint.save(tmp_path, {"config_hash": "ours", "step": 10})
+    (tmp_path / checkpoint.LATEST).rename(tmp_path / checkpoint.PREVIOUS)
+    assert checkpoint.load(tmp_path, config_hash="ours") == {"config_hash": "ours", "step": 10}
+    assert not caplog.records
+    checkpoint.save(tmp_path, {"config_hash": "theirs", "step": 20})  # the latest; the previous one stays ours
+    (tmp_path / checkpoint.PREVIOUS).unlink()
+    checkpoint.save(tmp_path, {"config_hash": "ours", "step": 30})
+    checkpoint.save(tmp_path, {"config_hash": "theirs", "step": 40})
+    with caplog.at_level(logging.WARNING):
+        assert checkpoint.load(tmp_path, config_hash="ours") == {"config_hash": "ours", "step": 30}
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert warning == (f"checkpoint unreadable in {tmp_path} (checkpoint.pt: a checkpoint of another config, not "
+                       "this run's): resuming from checkpoint.prev.pt")
