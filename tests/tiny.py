@@ -49,6 +49,7 @@ RUN_TIME_ENV = ("PYTEST_CURRENT_TEST", "WANDB_", "MBEXP_", "GIT_", "TORCHINDUCTO
 
 
 def _warm_reads_the_same(env: dict) -> bool:
+    """Whether `env` differs from the warm interpreter's environment in run-time variables only."""
     started = _warm()[1] if _warm.cache_info().currsize else os.environ  # one not started yet would get os.environ
     differ = (set(env) ^ set(started)) | {k for k in env.keys() & started.keys() if env[k] != started[k]}
     return all(k.startswith(RUN_TIME_ENV) for k in differ)
@@ -89,10 +90,8 @@ def _run_warm(command: list[str], env: dict, timeout: float) -> subprocess.Compl
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
             _line(proc.stdout.fileno(), None)
-        done = subprocess.CompletedProcess(command, code and int(code), out.read_text(), err.read_text())
-    if code is None:
-        raise subprocess.TimeoutExpired(command, timeout, done.stdout, done.stderr)
-    return done
+            raise subprocess.TimeoutExpired(command, timeout, out.read_text(), err.read_text())
+        return subprocess.CompletedProcess(command, int(code), out.read_text(), err.read_text())
 
 
 def _line(fd: int, timeout: float | None) -> str | None:
