@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from tiny import REPO, SMOKE, clean, mbexp_train, overrides, script
+from tiny import REPO, SMOKE, clean, make_table_here, mbexp_train, overrides
 
 from mbexp.claims import ClaimsError, parse
 from mbexp.config import compose_config, to_object
@@ -40,7 +40,8 @@ def launch(tmp, cache) -> list[dict]:
 
 def standing(results) -> list[str]:
     """`make table` (its main, in this process) on the results, then claims.csv's confirmatory/exploratory column."""
-    assert script("make_table").main(["--results", str(results), "--no-wandb"]) == 0
+    done = make_table_here(results, "--no-wandb")
+    assert done.returncode == 0, done.stderr
     return pd.read_csv(results / "tables" / "claims.csv")["standing"].tolist()
 
 

@@ -8,7 +8,7 @@ import pytest
 from scipy import stats as scipy_stats
 from test_claims import BIG, A
 from test_table import BASE, write_run
-from tiny import script
+from tiny import make_table_here
 
 from mbexp.claims import ClaimsError
 from mbexp.claims.parse import load_claims
@@ -52,7 +52,8 @@ def test_a_statistic_of_one_class_registered_is_read_end_to_end_by_make_table(tm
         load_claims(tmp_path / "claims.yaml")  # not registered: the claims file names no such statistic
 
     monkeypatch.setitem(STATISTICS, ValDelta.name, ValDelta())
-    assert script("make_table").main(["--results", str(tmp_path), "--no-wandb"]) == 0
+    done = make_table_here(tmp_path, "--no-wandb")
+    assert done.returncode == 0, done.stderr
     rows = pd.read_csv(tmp_path / "tables" / "claims.csv").set_index("claim")
     deltas = [a - b for a, b in zip(VAL[A], VAL[BASE])]
     by_hand = scipy_stats.ttest_1samp(deltas, 0)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from tiny import REPO, children, committed_tables, group_alive, script, summaries
+from tiny import REPO, children, committed_tables, group_alive, make_table_here, summaries
 
 from mbexp.analysis import lr_scan, studies
 from mbexp.analysis.table import Table, build_tables
@@ -423,7 +423,8 @@ def test_the_study_command_scans_chooses_and_runs_the_planned_seeds(tmp_path, ca
 
     # the claim's conditions hold (each row at its scan's LR); declared before its runs, but in a results folder
     # git does not track, so no commit declared it: exploratory (tests/test_declarations.py: the confirmatory path)
-    assert script("make_table").main(["--results", str(results), "--no-wandb"]) == 0
+    done = make_table_here(results, "--no-wandb")
+    assert done.returncode == 0, done.stderr
     claims = pd.read_csv(results / "tables" / "claims.csv").iloc[0]
     assert claims["standing"] == "exploratory" and pd.isna(claims["conditions_unmet"])
     assert claims["runs_read"] > 4  # the planned runs and the scan runs of the rows read
@@ -772,7 +773,8 @@ def test_a_study_that_tunes_the_warmup_scans_chooses_and_runs_end_to_end(tmp_pat
     assert {s["seed"] for s in planned} == {1} and len(planned) == 2
     assert f"  ffn=relu: optim.warmup_steps={chosen['relu']}" in done.stdout
 
-    assert script("make_table").main(["--results", str(results), "--no-wandb"]) == 0
+    done = make_table_here(results, "--no-wandb")
+    assert done.returncode == 0, done.stderr
     scanned = (results / "tables" / "warm_lr_scan.md").read_text()
     assert scanned.startswith("**warm** — optim.warmup_steps scan") and "| optim.warmup_steps=0 |" in scanned
     frame = pd.read_csv(results / "tables" / "warm_lr_scan.csv")
