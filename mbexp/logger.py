@@ -10,7 +10,6 @@ from mbexp.net import reachable
 
 WANDB_MODES = ("offline", "online", "disabled")  # logger.mode and $WANDB_MODE
 PROBE_TIMEOUT_S = 3.0  # how long an online run waits to learn that W&B's server is unreachable
-INIT_TIMEOUT_S = 10.0  # wandb.init's own wait for a server that answers the probe (its default: 90 s); then offline
 _offline_reason: dict[str, str | None] = {}  # base URL -> why online failed (None: it worked), once per process
 _warned: set[str] = set()  # the base URLs whose fallback this process has reported
 
@@ -68,7 +67,8 @@ class WandbLogger:
             _offline_reason[base_url] = f"{urlparse(base_url).hostname} is unreachable"
         if _offline_reason.get(base_url) is None:
             try:
-                self.run = wandb.init(mode="online", settings=wandb_settings(init_timeout=INIT_TIMEOUT_S), **init)
+                settings = wandb_settings(init_timeout=logger_cfg.init_timeout)
+                self.run = wandb.init(mode="online", settings=settings, **init)
                 _offline_reason[base_url] = None
                 return
             except wandb.errors.Error as err:  # no API key (UsageError), no answer in time (CommError)

@@ -105,6 +105,7 @@ def validate(cfg) -> object:
                              ("data.cache_dir", cfg.data.cache_dir, "the token caches (default: data_cache)")):
         if not str(value).strip():
             raise ConfigError(f"{key}={value!r} is not valid; give the folder for {what}")
+    _above("logger.init_timeout", cfg.logger.init_timeout, 0)
     if not PROJECT.fullmatch(cfg.logger.project):
         raise ConfigError(f"logger.project={cfg.logger.project!r} is not valid; W&B takes up to 128 characters "
                           "without / \\ # ? % or :")

@@ -94,6 +94,7 @@ class LoggerConfig:
     entity: str | None = None
     mode: str = "offline"  # WANDB_MODE in the environment takes precedence
     dir: str = "."  # W&B writes into <dir>/wandb; $WANDB_DIR replaces the default "."
+    init_timeout: float = 10.0  # online: seconds to wait for a server that answers the probe, then offline
 
 
 @dataclass
