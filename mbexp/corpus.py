@@ -78,8 +78,8 @@ def load_bigtxt() -> list[str]:
 
 @functools.lru_cache(maxsize=1)
 def _bigtxt_documents(path: Path, mtime_ns: int, size: int) -> tuple[str, ...]:
-    """big.txt's documents, read once per process while the file stays as it was (each run of a sweep, each
-    `prepare`, reads them: the cleaning and checksum take a few tenths of a second)."""
+    """big.txt's documents, read, checked and cleaned once per process while the file keeps its size and time
+    (each run of a sweep asks for them again)."""
     digest = md5_of(path)
     if digest != BIGTXT_MD5:
         raise CorpusError(f"{path} has md5 {digest}, expected {BIGTXT_MD5}: the file is corrupt or a different version")

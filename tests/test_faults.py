@@ -417,6 +417,7 @@ PREFLIGHT = [
     ("max_docs -5", ["data.max_docs=-5"], {}, "data.max_docs=-5 must be >= 1"),
     ("min_lr_ratio 5", ["optim.min_lr_ratio=5"], {}, "optim.min_lr_ratio=5.0 must lie between 0 and 1"),
     ("lr 0", ["optim.lr=0"], {}, "optim.lr=0.0 must be > 0"),
+    ("init_timeout 0", ["logger=wandb", "logger.init_timeout=0"], {}, "logger.init_timeout=0.0 must be > 0"),
     ("name escapes", ["name=../../escape"], {}, "name='../../escape' is not valid; use letters, digits"),
     ("name empty", ["name="], {}, "name='' is not valid"),
     ("WANDB_MODE typo", ["logger=wandb"], {"WANDB_MODE": "ofline"},
