@@ -113,6 +113,12 @@ def test_unknown_norm_lists_valid_names():
     assert "layer" in str(err.value) and "rms" in str(err.value)
 
 
+def test_unknown_norm_message_is_one_line_with_every_valid_name():
+    with pytest.raises(ValueError) as err:
+        build_norm("batch", 8)
+    assert str(err.value) == "unknown norm 'batch'; valid: layer, rms, dyt"
+
+
 def test_an_option_the_norm_cannot_take_raises():
     with pytest.raises(ValueError, match=r"norm\.bias=True does not apply to norm=rms; norm=rms takes: norm\.eps"):
         build_norm("rms", 8, bias=True)

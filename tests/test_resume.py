@@ -184,6 +184,21 @@ def test_a_checkpoint_of_another_config_is_never_resumed(tmp_path, caplog):
     assert "training again from step 0" in caplog.text
 
 
+def test_no_readable_checkpoint_names_the_folder_and_every_file_passed_over(tmp_path, caplog):
+    """Both checkpoints of another config: nothing to resume, and one warning naming the folder and each file."""
+    from mbexp.run import checkpoint
+
+    checkpoint.save(tmp_path, {"config_hash": "theirs", "step": 10})
+    checkpoint.save(tmp_path, {"config_hash": "theirs", "step": 20})
+    assert {p.name for p in tmp_path.iterdir()} == {checkpoint.LATEST, checkpoint.PREVIOUS}
+    with caplog.at_level(logging.WARNING):
+        assert checkpoint.load(tmp_path, config_hash="ours") is None
+    [warning] = [r.getMessage() for r in caplog.records]
+    other = "a checkpoint of another config, not this run's"
+    assert warning == (f"no readable checkpoint in {tmp_path} (unreadable: {checkpoint.LATEST}: {other}; "
+                       f"{checkpoint.PREVIOUS}: {other}): training again from step 0")
+
+
 def test_a_previous_checkpoint_alone_is_resumed_and_a_passed_over_one_is_named(tmp_path, caplog):
     """The latest checkpoint missing: the previous one is read. One of another config passed over: the warning names
     the folder and says why, and the run resumes from this config's previous checkpoint."""
