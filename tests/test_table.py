@@ -516,3 +516,20 @@ def test_a_tuned_key_that_can_be_off_chooses_off_as_any_other_setting(tmp_path, 
     row = t.rows.set_index("label").loc[BASE]
     assert t.tuned == "model.logit_softcap" and (row["tried"], row["final_mean"]) == (tried, pytest.approx(final_mean))
     assert row["tuned"] == tuned if tuned is not None else row["tuned"] is None or math.isnan(row["tuned"])
+
+
+def test_mixed_numerics_names_each_rows_mix_in_row_order_with_counts():
+    """Rows in the order they come (not sorted), each mixed key with its counts; one value, or none recorded, is no
+    mix."""
+    runs = pd.DataFrame({"label": ["b", "b", "b", "a", "a"], "precision": ["fp32"] * 5,
+                         "device": ["cuda", "cpu", "cpu", "cpu", "cuda"], "compiled": [False, False, True, None, None]})
+    assert table.mixed_numerics(runs) == ["Row b mixes runs: 2 device=cpu, 1 device=cuda.",
+                                    "Row b mixes runs: 2 compiled=False, 1 compiled=True.",
+                                    "Row a mixes runs: 1 device=cpu, 1 device=cuda."]
+    assert table.mixed_numerics(runs.assign(device="cpu", compiled=None)) == []
+
+
+def test_a_config_object_groups_as_its_json_with_sorted_keys_and_a_list_as_a_tuple():
+    assert table._hashable({"b": 1, "a": [1, 2]}) == '{"a": [1, 2], "b": 1}'
+    assert table._hashable([{"b": 1, "a": 2}, [3, 4]]) == ('{"a": 2, "b": 1}', (3, 4))
+    assert table._hashable("relu") == "relu"
