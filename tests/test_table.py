@@ -533,3 +533,13 @@ def test_a_config_object_groups_as_its_json_with_sorted_keys_and_a_list_as_a_tup
     assert table._hashable({"b": 1, "a": [1, 2]}) == '{"a": [1, 2], "b": 1}'
     assert table._hashable([{"b": 1, "a": 2}, [3, 4]]) == ('{"a": 2, "b": 1}', (3, 4))
     assert table._hashable("relu") == "relu"
+
+
+def test_tables_for_names_every_unknown_baseline_and_every_key_in_one_line():
+    runs = pd.DataFrame({"status": ["completed"], "experiment": ["e"], "identity": [{"ffn.name": "relu", "seed": 0}]})
+    with pytest.raises(ValueError) as err:
+        table.tables_for(runs, {"y": "r", "x": "r"})
+    assert str(err.value) == "--baseline names experiments without finished runs: x, y"
+    with pytest.raises(ValueError) as err:
+        table.tables_for(runs, tune="optim.lrr")
+    assert str(err.value) == "--tune 'optim.lrr' is not a config key of any run; keys: ffn.name, seed"
