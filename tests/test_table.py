@@ -543,3 +543,14 @@ def test_tables_for_names_every_unknown_baseline_and_every_key_in_one_line():
     with pytest.raises(ValueError) as err:
         table.tables_for(runs, tune="optim.lrr")
     assert str(err.value) == "--tune 'optim.lrr' is not a config key of any run; keys: ffn.name, seed"
+
+
+def test_the_tuned_key_needs_several_values_within_a_row_an_option_off_being_one_row():
+    """_axes: a key tried at one value per row is a column, not tuned; rows told apart by a setting that is off
+    (None) in some runs keep those runs as a row of their own."""
+    one_each = pd.DataFrame({"ffn.name": ["relu", "swiglu"], "optim.lr": [1e-3, 3e-3]}).astype(object)
+    assert table._axes(one_each, ["ffn.name", "optim.lr"], "optim.lr") == ("optim.lr", None)
+    off = pd.DataFrame({"model.logit_softcap": [None, None, 30.0], "optim.lr": [1e-3, 3e-3, 1e-3]}).astype(object)
+    assert table._axes(off, ["model.logit_softcap", "optim.lr"], "optim.lr") == (None, "optim.lr")
+    budgets = pd.DataFrame({"train.steps": [300, 600, 300, 600], "optim.lr": [1e-3, 1e-3, 3e-3, 3e-3]}).astype(object)
+    assert table._axes(budgets, ["train.steps", "optim.lr"], "optim.lr") == ("train.steps", "optim.lr")
