@@ -782,3 +782,14 @@ def test_a_claims_prose_is_kept_as_written():
     entry.pop("paper_numbers"), entry.pop("note", None)
     claim = next(c for c in parse_claims(data, "x") if c.id == "shazeer-glu-300")
     assert (claim.paper_numbers, claim.note) == ("", "")  # left out: empty text
+
+
+def test_a_broken_claims_file_at_launch_is_one_warning_and_no_declaration(tmp_path, caplog):
+    from mbexp.claims.parse import covering
+
+    (tmp_path / "claims.yaml").write_text("claims: [1, 2\n")
+    with caplog.at_level("WARNING"):
+        assert covering(tmp_path, "x") == {}
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert warning == (f"claims file {tmp_path / 'claims.yaml'}: not valid YAML on line 2: expected ',' or ']', but "
+                       "got '<stream end>'; the run records no declaration, so its verdicts will be exploratory")

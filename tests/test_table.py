@@ -554,3 +554,8 @@ def test_the_tuned_key_needs_several_values_within_a_row_an_option_off_being_one
     assert table._axes(off, ["model.logit_softcap", "optim.lr"], "optim.lr") == (None, "optim.lr")
     budgets = pd.DataFrame({"train.steps": [300, 600, 300, 600], "optim.lr": [1e-3, 1e-3, 3e-3, 3e-3]}).astype(object)
     assert table._axes(budgets, ["train.steps", "optim.lr"], "optim.lr") == ("train.steps", "optim.lr")
+
+
+def test_a_key_without_a_short_name_is_shown_by_its_last_part():
+    assert table.short("optim.lr") == "lr"
+    assert table.short("model.attn.cap") == "cap" and table.short("seed") == "seed"
