@@ -193,6 +193,17 @@ def test_a_branch_that_cools_down_before_its_early_step_equals_its_standalone_ru
     assert_same_run(branch_dir, ref_dir, reference)
 
 
+def test_a_branch_that_cools_down_at_its_early_step_takes_the_trunks_evaluation_there(tmp_path, cache):
+    """An 87.5% cool-down: budget 16 leaves the trunk at step 2, its early step; the trunk evaluates there for it and
+    the branch takes over from the trunk (not a run of its own)."""
+    steep = ["optim.cooldown_fraction=0.875", "optim.warmup_steps=0"]
+    train(compose_config(clean(overrides(tmp_path / "branched", cache, *WSD, *steep, "train.budgets=[16,40]"))))
+    reference, ref_dir = standalone(tmp_path / "alone", cache, 16, *steep)
+    summary, branch_dir = standalone(tmp_path / "branched", cache, 16, *steep)
+    assert summary["branched"] and summary["branched"]["step"] == 2 == summary["early_step"]
+    assert_same_run(branch_dir, ref_dir, reference)
+
+
 @pytest.mark.slow
 def test_a_kill_in_the_trunk_and_in_a_branch_resumes_bit_for_bit(tmp_path, cache):
     extra = ["optim.cooldown_fraction=0.5", "train.checkpoint_every=5"]  # budget 40 branches at 20, trunk at 40
