@@ -37,14 +37,11 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## create .venv with torch (TORCH=... to choose), the package and its dev tools
 
-# the tests' processes keep their compiled modules (pytest's rewritten tests too) despite PYTHONDONTWRITEBYTECODE
-TEST_ENV := env -u PYTHONDONTWRITEBYTECODE
-
 test: install ## run the whole test suite
-	$(TEST_ENV) $(BIN)/python -m pytest -q -n 2 --dist worksteal
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal
 
 test-fast: install ## the test suite without the tests marked slow (real sweeps, multi-process runs)
-	$(TEST_ENV) $(BIN)/python -m pytest -q -n 2 --dist worksteal -m "not slow"
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal -m "not slow"
 
 lint: install ## ruff check of the package, scripts and tests
 	$(BIN)/ruff check mbexp scripts tests
