@@ -273,3 +273,18 @@ def test_a_nested_list_is_refused_with_its_flattened_spelling(override, message)
     with pytest.raises(ConfigError) as err:
         to_object(compose_config(["optim.schedule=wsd", override]))
     assert str(err.value) == message
+
+
+def test_the_schema_is_stored_once_and_again_after_it_is_removed():
+    """Each compose registers the schema; storing converts the dataclasses anew, so a stored schema is kept."""
+    from hydra.core.config_store import ConfigStore
+
+    from mbexp.config import register
+
+    repo = ConfigStore.instance().repo
+    register()
+    stored = repo["mbexp_schema.yaml"]
+    register()
+    assert repo["mbexp_schema.yaml"] is stored
+    del repo["mbexp_schema.yaml"]
+    assert compose_config(["norm=rms"]).norm.name == "rms" and repo["mbexp_schema.yaml"] is not stored

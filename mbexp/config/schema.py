@@ -146,4 +146,8 @@ class Config:
 
 
 def register() -> None:
-    ConfigStore.instance().store(name="mbexp_schema", node=Config)
+    """The schema in Hydra's ConfigStore, once per process: storing converts the dataclasses anew each time, and
+    Hydra hands each compose a copy of what is stored."""
+    store = ConfigStore.instance()
+    if "mbexp_schema.yaml" not in store.repo:
+        store.store(name="mbexp_schema", node=Config)
