@@ -559,3 +559,31 @@ def test_the_tuned_key_needs_several_values_within_a_row_an_option_off_being_one
 def test_a_key_without_a_short_name_is_shown_by_its_last_part():
     assert table.short("optim.lr") == "lr"
     assert table.short("model.attn.cap") == "cap" and table.short("seed") == "seed"
+
+
+def test_rows_sharing_a_name_are_labelled_by_every_key_they_differ_in_an_option_off_among_them(tmp_path):
+    write_run(tmp_path, BASE, extra={"model.d_model": 64, "model.n_layers": 2})
+    write_run(tmp_path, BASE, extra={"model.d_model": 128, "model.n_layers": 4})
+    write_run(tmp_path, "layer-pre-swiglu-matched", extra={"model.logit_softcap": None})  # off beside a number
+    write_run(tmp_path, "layer-pre-swiglu-matched", extra={"model.logit_softcap": 30.0})
+    rows = built(tmp_path).rows
+    assert rows["label"].tolist() == [
+        f"{BASE} (model.d_model=128, model.n_layers=4)", f"{BASE} (model.d_model=64, model.n_layers=2)",
+        "layer-pre-swiglu-matched (model.logit_softcap=30)", "layer-pre-swiglu-matched (model.logit_softcap=None)"]
+    assert rows["tried"].isna().all()  # nothing tuned: no count of settings tried
+
+
+def test_a_warmup_columns_reference_is_its_most_common_setting_ties_going_to_the_largest(tmp_path):
+    for seed in range(2):
+        for warmup in (0, 100):
+            write_run(tmp_path / "tie", BASE, seed=seed, warmup=warmup)
+            write_run(tmp_path / "most", BASE, seed=seed, warmup=warmup)
+    write_run(tmp_path / "most", BASE, seed=2, warmup=0)
+    assert (built(tmp_path / "tie").reference, built(tmp_path / "most").reference) == (100, 0)
+
+
+def test_a_table_on_validation_reports_validation_bits_per_byte(tmp_path):
+    write_run(tmp_path, BASE, seed=0, final=5.0)
+    write_run(tmp_path, BASE, seed=1, final=5.3, final_test_loss=None)  # one run without a test split
+    t = built(tmp_path)
+    assert t.split == "validation" and t.rows.iloc[0]["final_bpb"] == pytest.approx((5.0 + 5.3) / 2 / 3)
