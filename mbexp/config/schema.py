@@ -145,9 +145,12 @@ class Config:
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
 
 
+SCHEMA_NAME = "mbexp_schema"  # conf/config.yaml's first default
+
+
 def register() -> None:
     """The schema in Hydra's ConfigStore, once per process: storing converts the dataclasses anew each time, and
     Hydra hands each compose a copy of what is stored."""
     store = ConfigStore.instance()
-    if "mbexp_schema.yaml" not in store.repo:
-        store.store(name="mbexp_schema", node=Config)
+    if f"{SCHEMA_NAME}.yaml" not in store.repo:  # the store's key: the name with Hydra's suffix
+        store.store(name=SCHEMA_NAME, node=Config)
