@@ -333,3 +333,58 @@ def test_capped_attention_builds_its_mask_on_the_inputs_device():
     q, kv = torch.randn(2, 4, 5, 8, device="meta"), torch.randn(2, 2, 5, 8, device="meta")
     out = capped_attention(q, kv, kv, 2.0)
     assert out.device.type == "meta" and out.shape == (2, 4, 5, 8)
+
+
+@pytest.mark.parametrize("cap", [None, 0.5])
+def test_attention_scores_use_the_given_scale_on_sdpas_path_and_the_capped_one(cap):
+    """μP's q·k scale, 1/hd (mbexp.model.mup.attention_scale), reaches the scores whichever path computes them."""
+    from mbexp.model.attention import CausalSelfAttention
+
+    torch.manual_seed(0)
+    D, H, T = 32, 2, 8
+    attn = CausalSelfAttention(D, H, T, rope=True, rope_base=10000.0, scale=1 / (D // H), softcap=cap)
+    x = torch.randn(2, T, D) * 3  # scores of order 1: 1/hd and 1/sqrt(hd) give visibly different weights
+    with torch.no_grad():
+        q, k, v = attn.heads(x)
+        scores = q @ k.transpose(-1, -2) / (D // H)
+        scores = scores if cap is None else cap * torch.tanh(scores / cap)
+        weights = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
+        want = attn.proj((weights @ v).transpose(1, 2).reshape(2, T, D))
+        torch.testing.assert_close(attn(x), want)
+        attn.scale = None
+        assert not torch.allclose(attn(x), want, atol=1e-3)
+
+
+def test_flops_per_token_is_six_per_matmul_weight_plus_the_attention_term():
+    """FLOPS_FORMULA, 6·N_matmul + 12·n_layers·d_model·seq_len, on a model whose matmul weights are counted by hand."""
+    from mbexp.model import flops_per_token, flops_terms
+
+    model = DecoderLM(spec(ffn="relu", hidden="4d", n_layers=3, d_model=32, seq_len=16))
+    per_block = 32 * 3 * 32 + 32 * 32 + 2 * 32 * 128  # qkv, proj, the FFN's two matrices
+    n_matmul = 3 * per_block + 256 * 32  # and the LM head (tied: the embedding is not a matmul)
+    assert flops_terms(model) == {"n_matmul": n_matmul, "attention": 12 * 3 * 32 * 16}
+    assert flops_per_token(model) == 6 * n_matmul + 12 * 3 * 32 * 16
+
+
+def test_rope_keeps_the_activations_dtype_under_bfloat16_autocast():
+    # the float32 cos/sin tables are cast to q's and k's dtype: the rotation does not promote them to float32
+    from mbexp.model.attention import CausalSelfAttention
+
+    attn = CausalSelfAttention(32, 2, 8, rope=True, rope_base=10000.0)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        q, k, v = attn.heads(torch.randn(2, 8, 32))
+    assert attn.cos.dtype == torch.float32 and q.dtype == k.dtype == v.dtype == torch.bfloat16
+
+
+def test_learned_positions_are_indexed_on_the_inputs_device():
+    # the meta device stands in for a GPU: positions made on the CPU would not index a GPU's embedding table
+    model = DecoderLM(spec(pos="learned")).to("meta")
+    seen = []
+    model.pos_emb.register_forward_pre_hook(lambda module, args: seen.append(args[0].device.type))
+    model(torch.randint(0, 256, (2, 16)).to("meta"))
+    assert seen == ["meta"]
+
+
+def test_an_unknown_position_scheme_is_refused_with_the_valid_ones():
+    with pytest.raises(ValueError, match=r"^unknown model.pos 'alibi'; valid: rope, learned, sinusoidal$"):
+        DecoderLM(spec(pos="alibi"))
