@@ -190,3 +190,20 @@ def test_a_transfer_or_family_claim_reads_its_claims_files_history_and_its_study
     assert got.standing == "exploratory" and got.runs_read > alone.runs_read
     why = exploratory_why(got)
     assert why.endswith("(its current declaration is not committed)"), why  # None: "not tracked by git"
+
+
+def test_rows_split_by_lr_read_the_baseline_at_their_own_size_and_lr(tmp_path):
+    """An LR grid that is not the tuned key splits each size's rows by LR: each row's baseline is the baseline
+    variant's row at its own size and LR, and each baseline row is its own, whatever order the runs come in."""
+    for sub, lr in (("b", 1e-2), ("a", 3e-3)):
+        write_ladder(tmp_path / sub, {"swiglu": curve(0.36, 4.2), "relu": curve(0.3, 4.3)},
+                     lr=lambda ffn, size, lr=lr: lr)
+        for run in (tmp_path / sub / "runs" / "synth").iterdir():
+            shutil.copytree(run, tmp_path / "runs" / "synth" / f"{run.name}-{sub}")
+    built = table.build_tables(tmp_path, tune="norm.name", baselines={"synth": "layer-pre-relu-matched-ladder64 "
+                                                                               "(optim.lr=0.003)"})["synth"]
+    assert len(built.baselines) == 16 and all("(optim.lr=" in label for label in built.baselines)
+    assert built.baselines == {label: label.replace("swiglu", "relu") for label in built.baselines}
+    rows = built.rows.set_index("label")
+    assert (rows.loc[[label for label in rows.index if "relu" in label and "swiglu" not in label], "mark"]
+            == "baseline").all()

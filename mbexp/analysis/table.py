@@ -295,13 +295,15 @@ def seed_text(deltas: pd.Series) -> str:
 
 def own_baselines(table: Table, base: str) -> dict[str, str | None]:
     """Each row's baseline: the row `base`; in a ladder (rows differing in size, scaling.SIZE_KEYS) the baseline
-    variant's row at the row's own size, None where that size has none."""
+    variant's row at the row's own size (of several, an LR grid's: the one at the row's LR), None where none is."""
     if not is_ladder(table):
         return dict.fromkeys(table.rows["label"], base)
-    keys = {label: variant_and_size(group["identity"].iloc[0], {*PER_RUNG, table.column, table.tuned})
-            for label, group in table.runs.groupby("label", sort=False)}
-    of_key = {key: label for label, key in keys.items()}
-    return {label: of_key.get((keys[base][0], keys[label][1])) for label in table.rows["label"]}
+    first = table.runs.drop_duplicates("label").set_index("label")["identity"]
+    keys = {label: (*variant_and_size(first[label], {*PER_RUNG, table.column, table.tuned}),
+                    [first[label].get(k) for k in PER_RUNG]) for label in table.rows["label"]}
+    there = {label: [b for b in keys if keys[b][:2] == (keys[base][0], keys[label][1])] for label in keys}
+    return {label: next((b for b in bs if keys[b][2] == keys[label][2]), bs[0] if bs else None)
+            for label, bs in there.items()}
 
 
 def _compare(table: Table, baseline: str | None) -> None:
@@ -344,7 +346,5 @@ def _compare(table: Table, baseline: str | None) -> None:
     rows["baseline"] = is_base
     if own.nunique() > 1:
         rows.insert(rows.columns.get_loc("baseline") + 1, "baseline_row", own.fillna(""))
-    rows["split"] = table.split
-    rows["column"] = table.column
-    rows["reference"] = table.reference
+    rows["split"], rows["column"], rows["reference"] = table.split, table.column, table.reference
     table.rows = rows.astype({"params": "Int64", "d_ff": "Int64"})
