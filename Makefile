@@ -6,6 +6,9 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 MUP ?= mup==1.0.0
 STAMP := $(VENV)/.installed
+# Python writes each module's byte code as it is first imported, whatever the shell says: far cheaper than
+# compiling every installed file up front, and no process pays for what another already compiled
+unexport PYTHONDONTWRITEBYTECODE
 RESULTS ?= results
 PY ?= 3.12
 WHEELHOUSE ?= wheelhouse
@@ -23,16 +26,17 @@ help: ## list the targets
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	@# torch first, and only if missing: a bare `torch` requirement would pull a multi-GB CUDA build; byte-compiled
-	@# on every core after the install (pip compiles on one); compileall exits 1 on the few files for a newer Python
-	$(BIN)/python -c "import torch" 2>/dev/null || { $(BIN)/python -m pip install -q --no-compile "$(TORCH)" && \
-	  { $(BIN)/python -m compileall -q -j 0 "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
-	    > /dev/null || true; }; }
-	@# the rest with uv (parallel downloads and byte-compiling), or with pip where uv cannot be had or fails
+	@# torch first, and only if missing: a bare `torch` requirement would pull a multi-GB CUDA build; not
+	@# byte-compiled here (most of its files are never imported): see PYTHONDONTWRITEBYTECODE above
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q --no-compile "$(TORCH)"
+	@# the rest with uv (parallel downloads), or with pip where uv cannot be had or fails
 	{ $(BIN)/python -m pip install -q uv && $(BIN)/python -m uv pip install -q --python $(BIN)/python \
-	  --compile-bytecode -e ".[dev]"; } || $(BIN)/python -m pip install -q -e ".[dev]"
+	  -e ".[dev]"; } || $(BIN)/python -m pip install -q --no-compile -e ".[dev]"
 	@# mup, μP's reference (tests/test_mup.py), without its torchvision requirement: it would pull another torch
 	$(BIN)/python -m pip install -q --no-deps "$(MUP)"
+	@# the byte code of what a run imports, once: a shell that sets PYTHONDONTWRITEBYTECODE still finds it
+	$(BIN)/python -c "import importlib, pkgutil, mbexp, torch._dynamo; \
+	  [importlib.import_module(m.name) for m in pkgutil.walk_packages(mbexp.__path__, 'mbexp.')]"
 	@touch $(STAMP)
 
 install: $(STAMP) ## create .venv with torch (TORCH=... to choose), the package and its dev tools

@@ -378,6 +378,8 @@ def check(mutant: Mutant, copy: Path, timeout: int) -> tuple[str, str]:
         code, output = run_tests(copy, mutant.tests, timeout)
     finally:
         path.write_text(text, encoding="utf-8")
+        # the mutant's cached byte code is keyed on the source's size and whole-second mtime: it must not outlive it
+        shutil.rmtree(path.parent / "__pycache__", ignore_errors=True)
     if code is None:
         return "caught", f"timed out after {timeout} s"
     if code == 0:
