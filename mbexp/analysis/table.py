@@ -294,16 +294,14 @@ def seed_text(deltas: pd.Series) -> str:
 
 
 def own_baselines(table: Table, base: str) -> dict[str, str | None]:
-    """Each row's baseline: the row `base`; in a ladder (rows differing in size, scaling.SIZE_KEYS) the baseline
-    variant's row at the row's own size (of several, an LR grid's: the one at the row's LR), None where none is."""
+    """Each row's baseline: `base`; in a ladder the baseline variant's row at its size and LR (docs/ladders.md)."""
     if not is_ladder(table):
         return dict.fromkeys(table.rows["label"], base)
-    first = table.runs.drop_duplicates("label").set_index("label")["identity"]
-    keys = {label: (*variant_and_size(first[label], {*PER_RUNG, table.column, table.tuned}),
-                    [first[label].get(k) for k in PER_RUNG]) for label in table.rows["label"]}
-    there = {label: [b for b in keys if keys[b][:2] == (keys[base][0], keys[label][1])] for label in keys}
-    return {label: next((b for b in bs if keys[b][2] == keys[label][2]), bs[0] if bs else None)
-            for label, bs in there.items()}
+    first = table.runs.drop_duplicates("label").set_index("label").loc[table.rows["label"], "identity"]
+    keys = {label: (*variant_and_size(i, {*PER_RUNG, table.column, table.tuned}), [i.get(k) for k in PER_RUNG])
+            for label, i in first.items()}
+    at = {label: [b for b in keys if keys[b][:2] == (keys[base][0], keys[label][1])] for label in keys}
+    return {label: next((b for b in c if keys[b][2] == keys[label][2]), (c or [None])[0]) for label, c in at.items()}
 
 
 def _compare(table: Table, baseline: str | None) -> None:
@@ -346,5 +344,7 @@ def _compare(table: Table, baseline: str | None) -> None:
     rows["baseline"] = is_base
     if own.nunique() > 1:
         rows.insert(rows.columns.get_loc("baseline") + 1, "baseline_row", own.fillna(""))
-    rows["split"], rows["column"], rows["reference"] = table.split, table.column, table.reference
+    rows["split"] = table.split
+    rows["column"] = table.column
+    rows["reference"] = table.reference
     table.rows = rows.astype({"params": "Int64", "d_ff": "Int64"})
