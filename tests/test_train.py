@@ -269,3 +269,41 @@ def test_a_learner_reads_its_ranks_shard_on_the_device_it_is_given(bigtxt_tokens
     assert make_learner(cfg, bigtxt_tokens, torch.device("cpu"), "fp32").batches.world_size == 1
     on_meta = make_learner(cfg, bigtxt_tokens, torch.device("meta"), "fp32")
     assert {p.device.type for p in on_meta.model.parameters()} == {"meta"}
+
+
+def test_a_finished_run_is_skipped_without_waiting_for_its_lock(tmp_path, cache):
+    # the first look needs no lock: a finished run held by another process's look is skipped, not reported busy
+    from mbexp.distributed import Dist
+    from mbexp.run.identity import RunLock, config_hash
+    from mbexp.trainer import _run
+
+    cfg = to_object(compose_config(clean(overrides(tmp_path, cache))))
+    directory = run_dir(cfg)
+    directory.mkdir(parents=True)
+    (directory / "summary.json").write_text(json.dumps({"status": "completed", "config_hash": config_hash(cfg)}))
+    with RunLock(directory):
+        done = _run(cfg, None, torch.device("cpu"), Dist(), {}, [])
+    assert done == {"status": "completed", "config_hash": config_hash(cfg)}
+
+
+def test_rank_0_alone_takes_the_runs_lock_and_clears_a_killed_writes_leftovers(tmp_path, cache, monkeypatch):
+    """Rank 0 trains under the run's lock (busy while another process holds it) and first removes the temporary
+    files a killed write left; the other ranks train under rank 0's lock and touch no file."""
+    from mbexp import trainer
+    from mbexp.distributed import Dist
+    from mbexp.run.identity import RunLock
+
+    monkeypatch.setattr(trainer, "_train", lambda *args: {"status": "trained"})
+    cfg = to_object(compose_config(clean(overrides(tmp_path, cache))))
+    directory = run_dir(cfg)
+    directory.mkdir(parents=True)
+    leftovers = [directory / ".summary.json.abc.tmp", directory / ".checkpoint.pt.def.tmp"]
+    for path in leftovers:
+        path.write_bytes(b"half")
+    with RunLock(directory):
+        assert trainer._run(cfg, None, torch.device("cpu"), Dist(1, 2), {}, []) == {"status": "trained"}
+        assert all(path.exists() for path in leftovers)
+        assert trainer._run(cfg, None, torch.device("cpu"), Dist(), {}, []) == {"status": "busy",
+                                                                               "run_dir": str(directory)}
+    assert trainer._run(cfg, None, torch.device("cpu"), Dist(), {}, []) == {"status": "trained"}
+    assert not any(path.exists() for path in leftovers)
