@@ -1,8 +1,10 @@
 """Provenance: a run records the commit it was launched from and whether the tree was clean (docs/runs.md)."""
 
+import platform
 import subprocess
+from importlib import metadata
 
-from mbexp.run.identity import git_clean, git_commit, resumed_provenance
+from mbexp.run.identity import git_clean, git_commit, resumed_provenance, versions
 
 
 def _git(repo, *args):
@@ -65,3 +67,8 @@ def test_a_jobs_command_is_its_overrides_after_the_module_and_none_outside_hydra
     finally:
         HydraConfig.instance().cfg = None
     assert job_command() is None
+
+
+def test_a_run_records_the_version_of_each_package_that_makes_its_numbers():
+    names = ["mbexp", "torch", "hydra-core", "omegaconf", "tokenizers", "datasets", "wandb", "numpy"]
+    assert versions() == {**{name: metadata.version(name) for name in names}, "python": platform.python_version()}
