@@ -112,6 +112,8 @@ MUTANTS = [
     # ladders
     Mutant("crossover_sign", "mbexp/analysis/ladder/powerlaw.py", "/ (curve.alpha - base.alpha)",
            "/ (base.alpha - curve.alpha)", SCALING),
+    Mutant("polish_noise_floor_ignored", "mbexp/analysis/ladder/powerlaw.py",
+           "if size <= 1e-16 or NOISE_FLOOR >= size > last / 2:", "if size <= 1e-16:", SCALING),
     Mutant("trend_ratio_inverted", "mbexp/analysis/ladder/draws.py", "ratio = (m[last] / m[first],",
            "ratio = (m[first] / m[last],", (T + "test_scaling_rules.py",)),
     Mutant("reused_scan_not_inherited", "mbexp/study/spec.py", "return {**spec, **{k: source[k] for k in SCANNED",

@@ -181,6 +181,31 @@ def test_the_fit_does_not_depend_on_where_the_solver_stops(tmp_path):
     assert curves == again
 
 
+# a bootstrap draw of the μP ladder's 200-step points (relu, geglu, swiglu): its refit puts both gated curves' α at
+# the bound, which leaves E and their A nearly interchangeable (the Hessian's condition number is about 1e8)
+FLAT = {"relu": ((1932735283200, 5.228952573345392), (3442684723200, 5.188657481955099),
+                 (5315022028800, 5.204318088598307), (10146860236800, 5.162408971890036)),
+        "geglu": ((1933679001600, 5.495799007132889), (3442684723200, 5.369486043615775),
+                  (5313134592000, 5.489089711245708), (10146860236800, 5.476566531533772)),
+        "swiglu": ((1933679001600, 5.3146970161666625), (3442684723200, 5.530416900693995),
+                   (5313134592000, 5.44118175249893), (10146860236800, 5.65636832158836))}
+FLAT_START = np.array([5.07556373, -2.09505735, -1.02844749, -1.18734224, 0.351318402, 1e-6, 1e-6])
+
+
+def test_an_ill_conditioned_refit_settles_where_any_start_would():
+    """The Newton steps settle at their rounding floor (about 1e-14 here, not 1e-16), so two trust-region answers a
+    little apart, as two CPUs leave them, end at the same optimum instead of each keeping its own."""
+    points = pd.DataFrame([(v, c, loss) for v, pts in FLAT.items() for c, loss in pts],
+                          columns=["variant", "compute", "loss"])
+    curves, params = powerlaw.fit(points, start=FLAT_START)
+    again, other = powerlaw.fit(points, start=FLAT_START * (1 + 1e-6 * np.arange(len(FLAT_START))))
+    assert params[5:] == pytest.approx([1e-6, 1e-6], rel=1e-12)  # both gated curves at the bound
+    assert other == pytest.approx(params, rel=1e-12, abs=1e-12)
+    for name in ("geglu", "swiglu"):
+        assert powerlaw.multiplier(again["relu"], again[name], 4e12) == pytest.approx(
+            powerlaw.multiplier(curves["relu"], curves[name], 4e12), rel=1e-10)
+
+
 def test_the_written_out_solve_rounds_as_numpy_does():
     """The polish's Cholesky solve sums in np.sum's order (so the committed fits keep their bytes) and solves."""
     rng = np.random.default_rng(0)

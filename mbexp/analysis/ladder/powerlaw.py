@@ -63,9 +63,9 @@ def fit(points: pd.DataFrame, start: np.ndarray | None = None, *, zero_floor: bo
     the bootstrap's refits)."""
     names = list(dict.fromkeys(points["variant"]))
     which = points["variant"].map(names.index).to_numpy()
-    log_c = np.log(points["compute"].to_numpy(float))
-    centre = log_c.mean()
-    x, y, k = log_c - centre, points["loss"].to_numpy(float), len(names)
+    log_c = np.log(points["compute"].to_numpy(float).astype(np.longdouble))  # libm's log: no CPU-dependent SIMD
+    centre = float(log_c.mean())
+    x, y, k = (log_c - centre).astype(float), points["loss"].to_numpy(float), len(names)
     if not y.min() > 0:  # a bootstrap draw of a 2-seed point (t on 1 df) can reach it: that refit is dropped
         raise RuntimeError("a mean loss at or below 0: no power law with E ≥ 0 fits it")
 
@@ -132,10 +132,11 @@ def _polish(params: np.ndarray, x, y, which, k: int, bounds: tuple, release: boo
         near = np.isfinite(bound) & (np.abs(p - bound) <= AT_BOUND * np.maximum(1, np.abs(bound)))
         p[near], fixed[near] = bound[near], True
     damping = 0.0  # Levenberg–Marquardt's, where the Hessian is not positive definite or a step fits worse
+    last = np.inf  # the previous undamped step's largest relative size
     for _ in range(POLISH_STEPS):
         grad, hess = _derivatives(p, x, y, which, k)
         free = np.ix_(~fixed, ~fixed)
-        scale = np.diag(hess[free]).max()
+        scale = np.abs(np.diag(hess[free])).max()
         step = np.zeros_like(p)
         solved = _cholesky_solve(hess[free] + damping * scale * np.eye(len(free[0])), grad[~fixed])
         if solved is None or damping > 1e6:
@@ -145,23 +146,27 @@ def _polish(params: np.ndarray, x, y, which, k: int, bounds: tuple, release: boo
             continue
         step[~fixed] = solved
         new = np.clip(p - step, low, high)
-        if damping and _sse(new, x, y, which, k) > _sse(p, x, y, which, k):
+        if damping and _sse(new, x, y, which, k) > _sse(p, x, y, which, k) * (1 + SSE_ROUNDING):
             damping *= 10
             continue
         out = ~fixed & ((p - step < low) | (p - step > high))
         p, fixed, damped = new, fixed | out, damping
         damping = damping / 10 if damping > 1e-12 else 0.0
-        if not damped and not out.any() and np.all(np.abs(step) <= 1e-16 * np.maximum(1, np.abs(p))):
+        size = np.inf if damped or out.any() else float(np.max(np.abs(step) / np.maximum(1, np.abs(p))))
+        if size <= 1e-16 or NOISE_FLOOR >= size > last / 2:  # converged, or down to the solve's rounding
             pulled = fixed & (((p == low) & (grad < 0)) | ((p == high) & (grad > 0)))  # pulled inside: free it
             if not pulled.any():
                 return p.astype(float)
             if not release:
                 return None
-            fixed &= ~pulled
+            fixed, size = fixed & ~pulled, np.inf
+        last = size
     return None
 
 
 POLISH_STEPS = 200
+NOISE_FLOOR = 1e-11  # an undamped step this small that no longer halves is rounding noise: the steps have settled
+SSE_ROUNDING = 1e-15  # a damped step that fits worse by at most this fraction of the SSE is rounding: it is taken
 
 
 def _model_parts(p, x, which, k):
