@@ -89,7 +89,7 @@ def run(modules: list[str] | None, jobs: int, tests: list[str] | None, again: tu
     freeze_before_tests()
     explained = explanations()
     names = [n for n in rerun_names(load_store(), modules, again) if n not in explained]  # reviewed: not rerun
-    if again and not names:
+    if again and not names and not new:
         return
     if again and new:
         names += rerun_names(load_store(), modules, ("not checked",))
