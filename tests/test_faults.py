@@ -8,6 +8,7 @@ import errno
 import json
 import math
 import os
+import platform
 import resource
 import signal
 import socket
@@ -27,7 +28,7 @@ from mbexp.config import DataConfig, compose_config, model_spec, to_object
 from mbexp.io import finite, json_line
 from mbexp.model import DecoderLM
 from mbexp.preflight import SKIP_ENV, check_multirun
-from mbexp.run.identity import RunLock, run_dir
+from mbexp.run.identity import RunBusy, RunLock, run_dir
 from mbexp.trainer import Learner, make_optimizer, train, train_step
 
 SHORT = ["train.steps=2", "train.eval_every=2", "train.log_every=1", "train.checkpoint_every=100"]
@@ -152,6 +153,17 @@ def test_a_run_held_by_another_process_exits_3_naming_it(tmp_path, cache):
     assert line == (f"error: run {directory} is being trained by another process: left to it; rerun the same "
                     "command once that process ends (finished runs are skipped)")
     assert [p.name for p in directory.iterdir()] == [".lock"]
+
+
+def test_a_run_lock_names_its_holder_and_refuses_a_second_one_at_once(tmp_path):
+    """The lock file says which host and process train the run; a second lock on it (its own open file, as another
+    process has) is refused at once, not waited for."""
+    with RunLock(tmp_path):
+        assert (tmp_path / ".lock").read_text() == f"{platform.node()} {os.getpid()}\n"
+        with pytest.raises(RunBusy, match="is being trained by another process"):
+            RunLock(tmp_path).__enter__()
+    with RunLock(tmp_path):  # released on exit
+        pass
 
 
 def mount_tmpfs(path: Path, *options: str) -> bool:
