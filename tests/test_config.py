@@ -97,7 +97,11 @@ def test_defaults():
     (["optim.warmup_steps=-5"], ["optim.warmup_steps", ">= 0"]),
     (["optim.schedule=exp"], ["optim.schedule", "cosine", "linear", "constant"]),
     (["train.steps=many"], ["train.steps"]),
-    (["data=text"], ["data.path"]),
+    (["data=text"], ["data=text needs data.path=<file, folder or glob>"]),
+    (["data.path=corpus.txt"], ["data.path=corpus.txt applies only to data=text", "leave it out"]),
+    (["data.max_docs=0"], ["data.max_docs=0", ">= 1", "null"]),
+    (["data.val_fraction=0"], ["data.val_fraction=0.0", "strictly between 0 and 1"]),
+    (["data.val_fraction=1"], ["data.val_fraction=1.0", "strictly between 0 and 1"]),
     (["model.n_kv_heads=3"], ["model.n_kv_heads", "model.n_heads=4", "1, 2, 4"]),
     (["norm=dyt", "norm.bias=true"], ["norm.bias", "norm=dyt", "norm.alpha_init"]),
     (["norm=dyt", "norm.eps=1e-6"], ["norm.eps", "norm=dyt", "norm.alpha_init"]),
@@ -128,10 +132,11 @@ def test_defaults():
                                                                         "optim=muon"]),
     (["optim=lion"], ["optim", "adamw", "muon"]),
     (["optim.name=lion"], ["optim.name", "adamw", "muon"]),
-    (["optim=muon", "optim.adjust_lr_fn=spectral"], ["optim.adjust_lr_fn", "original", "match_rms_adamw"]),
-    (["optim.adjust_lr_fn=original"], ["optim.adjust_lr_fn=original", "optim=muon"]),
+    (["optim=muon", "optim.adjust_lr_fn=spectral"], ["optim.adjust_lr_fn='spectral'", "original", "match_rms_adamw"]),
+    (["optim.adjust_lr_fn=original"], ["optim.adjust_lr_fn=original", "optim=muon", "leave it out (null)"]),
     (["optim.adamw_lr=0.001"], ["optim.adamw_lr=0.001", "optim=muon"]),
-    (["optim=muon", "optim.adamw_lr=0"], ["optim.adamw_lr=0.0", "> 0", "null"]),
+    (["optim=muon", "optim.adamw_lr=0"], ["optim.adamw_lr=0.0", "> 0",
+                                           "(or null: the AdamW group trains at optim.lr)"]),
     (["train.z_loss=-1e-4"], ["train.z_loss", ">= 0"]),
     (["model.logit_softcap=0"], ["model.logit_softcap=0.0", "positive", "null"]),
     (["model.attn_softcap=-50"], ["model.attn_softcap=-50.0", "positive", "null"]),
@@ -141,6 +146,11 @@ def test_bad_input_names_the_key_and_choices(args, must_say):
         to_object(compose_config(args))
     for word in must_say:
         assert word in str(err.value)
+
+
+def test_the_data_settings_boundaries_that_hold_pass():
+    c = to_object(compose_config(["data.max_docs=1", "data.val_fraction=0.5", "data.test_fraction=0.25"]))
+    assert (c.data.max_docs, c.data.val_fraction, c.data.test_fraction) == (1, 0.5, 0.25)
 
 
 def test_the_wsd_cool_down_settings_the_largest_seed_and_budgets_beside_their_largest_steps_pass():
