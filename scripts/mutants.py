@@ -114,6 +114,8 @@ MUTANTS = [
            "/ (base.alpha - curve.alpha)", SCALING),
     Mutant("polish_noise_floor_ignored", "mbexp/analysis/ladder/powerlaw.py",
            "if size <= 1e-16 or NOISE_FLOOR >= size > last / 2:", "if size <= 1e-16:", SCALING),
+    Mutant("early_refit_skipped", "mbexp/analysis/ladder/powerlaw.py",
+           "early = solve([start], (low, high), EARLY_EVALUATIONS)", "early = None", SCALING),
     Mutant("trend_ratio_inverted", "mbexp/analysis/ladder/draws.py", "ratio = (m[last] / m[first],",
            "ratio = (m[first] / m[last],", (T + "test_scaling_rules.py",)),
     Mutant("reused_scan_not_inherited", "mbexp/study/spec.py", "return {**spec, **{k: source[k] for k in SCANNED",

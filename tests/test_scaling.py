@@ -206,6 +206,33 @@ def test_an_ill_conditioned_refit_settles_where_any_start_would():
             powerlaw.multiplier(curves["relu"], curves[name], 4e12), rel=1e-10)
 
 
+def test_a_refits_short_run_reaches_the_full_runs_optimum(monkeypatch):
+    """A bootstrap refit runs the trust region for at most EARLY_EVALUATIONS before the Newton steps; it ends where the
+    full run (the early budget raised to the full one) ends, on a well-posed draw and on the ill-conditioned one."""
+    rng = np.random.default_rng(0)
+    well = pd.DataFrame([(v, c, curve(a, l).loss(c) + rng.normal(0, NOISE)) for v, a, l in
+                         (("relu", 0.3, 4.3), ("swiglu", 0.36, 4.2)) for c in (2e12, 4e12, 8e12, 1.6e13)],
+                        columns=["variant", "compute", "loss"])
+    flat = pd.DataFrame([(v, c, loss) for v, pts in FLAT.items() for c, loss in pts],
+                        columns=["variant", "compute", "loss"])
+    evaluations, solver = [], powerlaw.least_squares
+
+    def counted(*args, **kwargs):
+        got = solver(*args, **kwargs)
+        evaluations.append(got.nfev)
+        return got
+
+    monkeypatch.setattr(powerlaw, "least_squares", counted)
+    for points, start in ((well, powerlaw.fit(well)[1] * 1.01), (flat, FLAT_START)):
+        evaluations.clear()
+        _, short = powerlaw.fit(points, start=start)
+        assert evaluations == [min(evaluations[0], powerlaw.EARLY_EVALUATIONS)]  # one short run, nothing after it
+        with monkeypatch.context() as full:
+            full.setattr(powerlaw, "EARLY_EVALUATIONS", powerlaw.MAX_EVALUATIONS)
+            _, long = powerlaw.fit(points, start=start)
+        assert short == pytest.approx(long, rel=1e-12, abs=1e-12)
+
+
 def test_the_written_out_solve_rounds_as_numpy_does():
     """The polish's Cholesky solve sums in np.sum's order (so the committed fits keep their bytes) and solves."""
     rng = np.random.default_rng(0)

@@ -13,6 +13,8 @@ ALPHA_BOUNDS = (1e-6, 2.0)  # α in (0, 2]
 E_STARTS = (0.0, 0.5, 0.9)  # the fit starts with E at these fractions of the least loss and keeps the best
 ZERO_FLOOR = 1e-12  # E's upper bound for the E = 0 form: the polish then holds E at 0
 AT_BOUND = 1e-7  # a fitted parameter this close to a bound (relative to max(1, |bound|)) is set to the bound
+MAX_EVALUATIONS = 2000  # the trust region's budget of residual evaluations per start
+EARLY_EVALUATIONS = 30  # a bootstrap refit's short trust-region run before the polish (docs/ladder-fits.md#precision)
 
 
 @dataclass(frozen=True)
@@ -84,12 +86,12 @@ def fit(points: pd.DataFrame, start: np.ndarray | None = None, *, zero_floor: bo
     high = [ZERO_FLOOR if zero_floor else y.min() * (1 - 1e-9)] + [np.inf] * k + [ALPHA_BOUNDS[1]] * k
     bounds = (np.asarray(low), np.asarray(high))
 
-    def solve(starts: list, box: tuple) -> np.ndarray | None:
+    def solve(starts: list, box: tuple, evaluations: int = MAX_EVALUATIONS) -> np.ndarray | None:
         best, best_sse = None, math.inf
         for p0 in starts:
             got = least_squares(residual, np.clip(p0, box[0], np.nextafter(box[1], 0)), jac=jacobian, bounds=box,
-                                method="trf", max_nfev=2000)
-            if not got.success:  # no convergence from this start
+                                method="trf", max_nfev=evaluations)
+            if not got.success and (got.status != 0 or evaluations == MAX_EVALUATIONS):  # no convergence
                 continue
             params = got.x
             sse = float(np.sum(residual(params) ** 2))
@@ -103,6 +105,13 @@ def fit(points: pd.DataFrame, start: np.ndarray | None = None, *, zero_floor: bo
         held = solve([start], (low, [ZERO_FLOOR] + high[1:]))
         polished = None if held is None else _polish(held, x, y, which, k, bounds, release=False)
         if polished is not None:
+            return _curves(names, polished, centre), polished
+    if start is not None:
+        # a refit from a nearby optimum (the bootstrap's): a short trust-region run, then Newton's steps, reach it
+        # where the full run crawls along a bound; where the steps stall or fit worse, the full run below decides
+        early = solve([start], (low, high), EARLY_EVALUATIONS)
+        polished = None if early is None else _polish(early, x, y, which, k, bounds)
+        if polished is not None and _sse(polished, x, y, which, k) <= _sse(early, x, y, which, k):
             return _curves(names, polished, centre), polished
     fractions = (0.0,) if zero_floor else E_STARTS
     best = solve([start] if start is not None else [_start(x, y, which, k, f * y.min()) for f in fractions],
@@ -135,6 +144,8 @@ def _polish(params: np.ndarray, x, y, which, k: int, bounds: tuple, release: boo
     last = np.inf  # the previous undamped step's largest relative size
     for _ in range(POLISH_STEPS):
         grad, hess = _derivatives(p, x, y, which, k)
+        if not (np.isfinite(grad).all() and np.isfinite(hess).all()):  # overflowed: far from any optimum
+            return None
         free = np.ix_(~fixed, ~fixed)
         scale = np.abs(np.diag(hess[free])).max()
         step = np.zeros_like(p)
