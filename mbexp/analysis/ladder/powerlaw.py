@@ -142,36 +142,37 @@ def _polish(params: np.ndarray, x, y, which, k: int, bounds: tuple, release: boo
         p[near], fixed[near] = bound[near], True
     damping = 0.0  # Levenberg–Marquardt's, where the Hessian is not positive definite or a step fits worse
     last = np.inf  # the previous undamped step's largest relative size
-    for _ in range(POLISH_STEPS):
-        grad, hess = _derivatives(p, x, y, which, k)
-        if not (np.isfinite(grad).all() and np.isfinite(hess).all()):  # overflowed: far from any optimum
-            return None
-        free = np.ix_(~fixed, ~fixed)
-        scale = np.abs(np.diag(hess[free])).max()
-        step = np.zeros_like(p)
-        solved = _cholesky_solve(hess[free] + damping * scale * np.eye(len(free[0])), grad[~fixed])
-        if solved is None or damping > 1e6:
-            if damping > 1e6:  # no way down
+    with np.errstate(over="ignore", invalid="ignore"):  # a step far off overflows: the check below ends it
+        for _ in range(POLISH_STEPS):
+            grad, hess = _derivatives(p, x, y, which, k)
+            if not (np.isfinite(grad).all() and np.isfinite(hess).all()):  # overflowed: far from any optimum
                 return None
-            damping = max(damping * 10, 1e-12)
-            continue
-        step[~fixed] = solved
-        new = np.clip(p - step, low, high)
-        if damping and _sse(new, x, y, which, k) > _sse(p, x, y, which, k) * (1 + SSE_ROUNDING):
-            damping *= 10
-            continue
-        out = ~fixed & ((p - step < low) | (p - step > high))
-        p, fixed, damped = new, fixed | out, damping
-        damping = damping / 10 if damping > 1e-12 else 0.0
-        size = np.inf if damped or out.any() else float(np.max(np.abs(step) / np.maximum(1, np.abs(p))))
-        if size <= 1e-16 or NOISE_FLOOR >= size > last / 2:  # converged, or down to the solve's rounding
-            pulled = fixed & (((p == low) & (grad < 0)) | ((p == high) & (grad > 0)))  # pulled inside: free it
-            if not pulled.any():
-                return p.astype(float)
-            if not release:
-                return None
-            fixed, size = fixed & ~pulled, np.inf
-        last = size
+            free = np.ix_(~fixed, ~fixed)
+            scale = np.abs(np.diag(hess[free])).max()
+            step = np.zeros_like(p)
+            solved = _cholesky_solve(hess[free] + damping * scale * np.eye(len(free[0])), grad[~fixed])
+            if solved is None or damping > 1e6:
+                if damping > 1e6:  # no way down
+                    return None
+                damping = max(damping * 10, 1e-12)
+                continue
+            step[~fixed] = solved
+            new = np.clip(p - step, low, high)
+            if damping and _sse(new, x, y, which, k) > _sse(p, x, y, which, k) * (1 + SSE_ROUNDING):
+                damping *= 10
+                continue
+            out = ~fixed & ((p - step < low) | (p - step > high))
+            p, fixed, damped = new, fixed | out, damping
+            damping = damping / 10 if damping > 1e-12 else 0.0
+            size = np.inf if damped or out.any() else float(np.max(np.abs(step) / np.maximum(1, np.abs(p))))
+            if size <= 1e-16 or NOISE_FLOOR >= size > last / 2:  # converged, or down to the solve's rounding
+                pulled = fixed & (((p == low) & (grad < 0)) | ((p == high) & (grad > 0)))  # pulled inside: free it
+                if not pulled.any():
+                    return p.astype(float)
+                if not release:
+                    return None
+                fixed, size = fixed & ~pulled, np.inf
+            last = size
     return None
 
 
