@@ -137,6 +137,7 @@ def test_defaults():
     (["optim.adamw_lr=0.001"], ["optim.adamw_lr=0.001", "optim=muon"]),
     (["optim=muon", "optim.adamw_lr=0"], ["optim.adamw_lr=0.0", "> 0",
                                            "(or null: the AdamW group trains at optim.lr)"]),
+    (["optim.lr=0"], ["optim.lr=0.0 must be > 0"]),
     (["train.z_loss=-1e-4"], ["train.z_loss", ">= 0"]),
     (["model.logit_softcap=0"], ["model.logit_softcap=0.0", "positive", "null"]),
     (["model.attn_softcap=-50"], ["model.attn_softcap=-50.0", "positive", "null"]),
