@@ -138,6 +138,9 @@ def test_defaults():
     (["optim=muon", "optim.adamw_lr=0"], ["optim.adamw_lr=0.0", "> 0",
                                            "(or null: the AdamW group trains at optim.lr)"]),
     (["optim.lr=0"], ["optim.lr=0.0 must be > 0"]),
+    (["optim.warmup_steps=-1"], ["optim.warmup_steps=-1 must be >= 0"]),
+    (["optim.weight_decay=-0.1"], ["optim.weight_decay=-0.1 must be >= 0"]),
+    (["optim.grad_clip=-1"], ["optim.grad_clip=-1.0 must be >= 0"]),
     (["train.z_loss=-1e-4"], ["train.z_loss", ">= 0"]),
     (["model.logit_softcap=0"], ["model.logit_softcap=0.0", "positive", "null"]),
     (["model.attn_softcap=-50"], ["model.attn_softcap=-50.0", "positive", "null"]),
@@ -152,6 +155,12 @@ def test_bad_input_names_the_key_and_choices(args, must_say):
 def test_the_data_settings_boundaries_that_hold_pass():
     c = to_object(compose_config(["data.max_docs=1", "data.val_fraction=0.5", "data.test_fraction=0.25"]))
     assert (c.data.max_docs, c.data.val_fraction, c.data.test_fraction) == (1, 0.5, 0.25)
+
+
+def test_the_optimiser_settings_at_zero_pass():
+    """No warm-up, no weight decay and no clipping (grad_clip 0) are each allowed."""
+    c = to_object(compose_config(["optim.warmup_steps=0", "optim.weight_decay=0", "optim.grad_clip=0"]))
+    assert (c.optim.warmup_steps, c.optim.weight_decay, c.optim.grad_clip) == (0, 0.0, 0.0)
 
 
 def test_the_wsd_cool_down_settings_the_largest_seed_and_budgets_beside_their_largest_steps_pass():
