@@ -141,6 +141,9 @@ def test_defaults():
     (["optim.warmup_steps=-1"], ["optim.warmup_steps=-1 must be >= 0"]),
     (["optim.weight_decay=-0.1"], ["optim.weight_decay=-0.1 must be >= 0"]),
     (["optim.grad_clip=-1"], ["optim.grad_clip=-1.0 must be >= 0"]),
+    (["optim.min_lr_ratio=1.5"], ["optim.min_lr_ratio=1.5 must lie between 0 and 1 (the schedule ends at optim.lr * "
+                                  "optim.min_lr_ratio)"]),
+    (["optim.min_lr_ratio=-0.1"], ["optim.min_lr_ratio=-0.1 must lie between 0 and 1"]),
     (["train.z_loss=-1e-4"], ["train.z_loss", ">= 0"]),
     (["model.logit_softcap=0"], ["model.logit_softcap=0.0", "positive", "null"]),
     (["model.attn_softcap=-50"], ["model.attn_softcap=-50.0", "positive", "null"]),
@@ -158,9 +161,11 @@ def test_the_data_settings_boundaries_that_hold_pass():
 
 
 def test_the_optimiser_settings_at_zero_pass():
-    """No warm-up, no weight decay and no clipping (grad_clip 0) are each allowed."""
+    """No warm-up, no weight decay, no clipping (grad_clip 0) and min_lr_ratio at either end are each allowed."""
     c = to_object(compose_config(["optim.warmup_steps=0", "optim.weight_decay=0", "optim.grad_clip=0"]))
     assert (c.optim.warmup_steps, c.optim.weight_decay, c.optim.grad_clip) == (0, 0.0, 0.0)
+    for ratio in (0, 1):  # the schedule may end at 0 or stay at optim.lr
+        assert to_object(compose_config([f"optim.min_lr_ratio={ratio}"])).optim.min_lr_ratio == ratio
 
 
 def test_the_wsd_cool_down_settings_the_largest_seed_and_budgets_beside_their_largest_steps_pass():
