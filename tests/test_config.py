@@ -119,6 +119,8 @@ def test_defaults():
     (["results_dir="], ["results_dir=''"]),
     (["norm.eps=0"], ["norm.eps=0.0", "> 0"]),  # the boundaries themselves: each is refused
     (["optim.betas=[0.9,1.0]"], ["optim.betas=[0.9, 1.0]", "[0, 1)"]),
+    (["optim.betas=[0.9]"], ["optim.betas=[0.9] must be two numbers in [0, 1), e.g. [0.9,0.95]"]),
+    (["optim.betas=[-0.1,0.9]"], ["optim.betas=[-0.1, 0.9] must be two numbers in [0, 1)"]),
     (["data.val_fraction=0.1", "data.test_fraction=0.9"], ["data.test_fraction", "data.val_fraction"]),
     (["model.param=mu"], ["model.param", "sp", "mup"]),
     (["model.param=mup"], ["model.param=mup", "model.base_d_model"]),
@@ -161,9 +163,11 @@ def test_the_data_settings_boundaries_that_hold_pass():
 
 
 def test_the_optimiser_settings_at_zero_pass():
-    """No warm-up, no weight decay, no clipping (grad_clip 0) and min_lr_ratio at either end are each allowed."""
+    """No warm-up, no weight decay, no clipping (grad_clip 0), betas of 0 and min_lr_ratio at either end are each
+    allowed."""
     c = to_object(compose_config(["optim.warmup_steps=0", "optim.weight_decay=0", "optim.grad_clip=0"]))
     assert (c.optim.warmup_steps, c.optim.weight_decay, c.optim.grad_clip) == (0, 0.0, 0.0)
+    assert to_object(compose_config(["optim.betas=[0,0]"])).optim.betas == [0.0, 0.0]
     for ratio in (0, 1):  # the schedule may end at 0 or stay at optim.lr
         assert to_object(compose_config([f"optim.min_lr_ratio={ratio}"])).optim.min_lr_ratio == ratio
 
