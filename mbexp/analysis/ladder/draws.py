@@ -79,11 +79,11 @@ def trend_of(group: pd.DataFrame, mine: pd.DataFrame, draws: np.ndarray) -> dict
     if first == last:
         return {"trend": "one size"}
     cols = [group.index.get_loc(first), group.index.get_loc(last)]
+    m = group["multiplier"]
     with np.errstate(invalid="ignore", divide="ignore"):  # ∞ / ∞ (both below the floor): NaN, left out
         low, high = interval(draws[:, [cols[1]]] / draws[:, [cols[0]]])
-    m = group["multiplier"]
+        ratio = (m[last] / m[first], low[0], high[0])
     ends = [(m[i], group.at[i, "multiplier_low"], group.at[i, "multiplier_high"]) for i in (first, last)]
-    ratio = (m[last] / m[first], low[0], high[0])
     return {"trend": trend(*ends, ratio), "trend_ratio": ratio[0], "trend_low": low[0], "trend_high": high[0],
             "trend_from": group.at[first, "size"], "trend_to": group.at[last, "size"]}
 
