@@ -192,11 +192,16 @@ FLAT = {"relu": ((1932735283200, 5.228952573345392), (3442684723200, 5.188657481
 FLAT_START = np.array([5.07556373, -2.09505735, -1.02844749, -1.18734224, 0.351318402, 1e-6, 1e-6])
 
 
+def flat_points() -> pd.DataFrame:
+    """FLAT as the fit's points (columns variant, compute, loss)."""
+    return pd.DataFrame([(v, c, loss) for v, pts in FLAT.items() for c, loss in pts],
+                        columns=["variant", "compute", "loss"])
+
+
 def test_an_ill_conditioned_refit_settles_where_any_start_would():
     """The Newton steps settle at their rounding floor (about 1e-14 here, not 1e-16), so two trust-region answers a
     little apart, as two CPUs leave them, end at the same optimum instead of each keeping its own."""
-    points = pd.DataFrame([(v, c, loss) for v, pts in FLAT.items() for c, loss in pts],
-                          columns=["variant", "compute", "loss"])
+    points = flat_points()
     curves, params = powerlaw.fit(points, start=FLAT_START)
     again, other = powerlaw.fit(points, start=FLAT_START * (1 + 1e-6 * np.arange(len(FLAT_START))))
     assert params[5:] == pytest.approx([1e-6, 1e-6], rel=1e-12)  # both gated curves at the bound
@@ -213,8 +218,7 @@ def test_a_refits_short_run_reaches_the_full_runs_optimum(monkeypatch):
     well = pd.DataFrame([(v, c, curve(a, l).loss(c) + rng.normal(0, NOISE)) for v, a, l in
                          (("relu", 0.3, 4.3), ("swiglu", 0.36, 4.2)) for c in (2e12, 4e12, 8e12, 1.6e13)],
                         columns=["variant", "compute", "loss"])
-    flat = pd.DataFrame([(v, c, loss) for v, pts in FLAT.items() for c, loss in pts],
-                        columns=["variant", "compute", "loss"])
+    flat = flat_points()
     evaluations, solver = [], powerlaw.least_squares
 
     def counted(*args, **kwargs):
