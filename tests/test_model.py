@@ -388,3 +388,15 @@ def test_learned_positions_are_indexed_on_the_inputs_device():
 def test_an_unknown_position_scheme_is_refused_with_the_valid_ones():
     with pytest.raises(ValueError, match=r"^unknown model.pos 'alibi'; valid: rope, learned, sinusoidal$"):
         DecoderLM(spec(pos="alibi"))
+
+
+def test_an_unknown_placement_is_refused_with_the_valid_ones():
+    with pytest.raises(ValueError, match=r"^unknown placement 'sandwich'; valid: pre, post, peri, output, deepnorm$"):
+        Block(spec(placement="sandwich"))
+
+
+def test_every_norm_of_a_model_takes_the_specs_norm_options():
+    """norm.alpha_init reaches DyT's every instance (a default left in place would hide a dropped option)."""
+    model = DecoderLM(spec(norm="dyt", placement="peri", norm_alpha_init=0.3))
+    alphas = [m.alpha.item() for m in model.modules() if isinstance(m, NORMS["dyt"])]
+    assert len(alphas) == 4 * model.spec.n_layers + 1 and alphas == [pytest.approx(0.3)] * len(alphas)
