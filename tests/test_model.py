@@ -11,6 +11,7 @@ from torch import nn
 from mbexp import config, names
 from mbexp.config import Config, model_spec
 from mbexp.model import FINAL_NORM, PLACEMENTS, Block, DecoderLM, ModelSpec, param_counts
+from mbexp.model.attention import CausalSelfAttention
 from mbexp.model.ffn import ACTIVATIONS, FFNS, GELUS, HIDDEN_RULES
 from mbexp.model.norms import NORMS
 
@@ -388,6 +389,11 @@ def test_learned_positions_are_indexed_on_the_inputs_device():
 def test_an_unknown_position_scheme_is_refused_with_the_valid_ones():
     with pytest.raises(ValueError, match=r"^unknown model.pos 'alibi'; valid: rope, learned, sinusoidal$"):
         DecoderLM(spec(pos="alibi"))
+
+
+def test_kv_heads_that_do_not_divide_the_heads_are_refused_in_words():
+    with pytest.raises(ValueError, match=r"^model\.n_kv_heads=3 must divide model\.n_heads=4$"):
+        CausalSelfAttention(32, 4, 8, rope=True, rope_base=10000.0, n_kv_heads=3)
 
 
 def test_an_unknown_placement_is_refused_with_the_valid_ones():
