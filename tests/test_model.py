@@ -11,7 +11,7 @@ from torch import nn
 from mbexp import config, names
 from mbexp.config import Config, model_spec
 from mbexp.model import FINAL_NORM, PLACEMENTS, Block, DecoderLM, ModelSpec, param_counts
-from mbexp.model.attention import CausalSelfAttention
+from mbexp.model.attention import CausalSelfAttention, apply_rope, capped_attention
 from mbexp.model.ffn import ACTIVATIONS, FFNS, GELUS, HIDDEN_RULES
 from mbexp.model.norms import NORMS
 
@@ -260,8 +260,6 @@ def test_logit_softcap_is_cap_tanh_of_the_logits():
 @pytest.mark.parametrize("n_kv_heads", [None, 2])
 def test_attn_softcap_caps_the_scores_before_the_causal_mask(n_kv_heads):
     """The attention output against softmax(mask(cap tanh(q k^T / sqrt(hd) / cap))) v, written out per head."""
-    from mbexp.model.attention import CausalSelfAttention, apply_rope
-
     torch.manual_seed(0)
     cap, D, H, T = 0.5, 32, 4, 8
     attn = CausalSelfAttention(D, H, T, rope=True, rope_base=10000.0, n_kv_heads=n_kv_heads, softcap=cap)
@@ -313,8 +311,6 @@ def test_zero_init_proj_starts_each_block_as_the_identity(placement):
 def test_capped_attention_scales_by_the_head_width_or_the_given_scale(scale):
     """Windows of 5 tokens, heads 8 wide (T ≠ hd), 4 query heads on 2 k/v heads: the scores are q·k times 1/sqrt(hd)
     (or `scale`, μP's 1/hd), capped, masked and softmaxed, per head."""
-    from mbexp.model.attention import capped_attention
-
     torch.manual_seed(0)
     cap, T, hd = 2.0, 5, 8
     q, k, v = torch.randn(2, 4, T, hd) * 3, torch.randn(2, 2, T, hd) * 3, torch.randn(2, 2, T, hd)
@@ -329,8 +325,6 @@ def test_capped_attention_scales_by_the_head_width_or_the_given_scale(scale):
 
 def test_capped_attention_builds_its_mask_on_the_inputs_device():
     # the meta device stands in for a GPU: a mask left on the CPU would not mix with the scores
-    from mbexp.model.attention import capped_attention
-
     q, kv = torch.randn(2, 4, 5, 8, device="meta"), torch.randn(2, 2, 5, 8, device="meta")
     out = capped_attention(q, kv, kv, 2.0)
     assert out.device.type == "meta" and out.shape == (2, 4, 5, 8)
@@ -339,8 +333,6 @@ def test_capped_attention_builds_its_mask_on_the_inputs_device():
 @pytest.mark.parametrize("cap", [None, 0.5])
 def test_attention_scores_use_the_given_scale_on_sdpas_path_and_the_capped_one(cap):
     """μP's q·k scale, 1/hd (mbexp.model.mup.attention_scale), reaches the scores whichever path computes them."""
-    from mbexp.model.attention import CausalSelfAttention
-
     torch.manual_seed(0)
     D, H, T = 32, 2, 8
     attn = CausalSelfAttention(D, H, T, rope=True, rope_base=10000.0, scale=1 / (D // H), softcap=cap)
@@ -369,8 +361,6 @@ def test_flops_per_token_is_six_per_matmul_weight_plus_the_attention_term():
 
 def test_rope_keeps_the_activations_dtype_under_bfloat16_autocast():
     # the float32 cos/sin tables are cast to q's and k's dtype: the rotation does not promote them to float32
-    from mbexp.model.attention import CausalSelfAttention
-
     attn = CausalSelfAttention(32, 2, 8, rope=True, rope_base=10000.0)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         q, k, v = attn.heads(torch.randn(2, 8, 32))
