@@ -237,6 +237,40 @@ def test_a_refits_short_run_reaches_the_full_runs_optimum(monkeypatch):
         assert short == pytest.approx(long, rel=1e-12, abs=1e-12)
 
 
+@pytest.mark.parametrize("budget", [200, 600])
+@pytest.mark.parametrize("zero_floor", [False, True])
+def test_the_refits_at_once_end_where_each_refit_alone_ends(budget, zero_floor, monkeypatch):
+    """The bootstrap's refits, polished from the fit to the means all at once, reach each draw's own fit to
+    1e-12 (the committed ladder: its 200-step floor at the bound E = 0, its 600-step floor inside), and no draw
+    is left to the one-draw fit."""
+    points, _ = scaling.ladder_points(committed_ladder())
+    points = points[scaling.budgets(points) == budget]
+    _, params = powerlaw.fit(points, zero_floor=zero_floor)
+    rng, losses = np.random.default_rng(0), [s.to_numpy() for s in points["losses"]]
+    means = np.array([draws.resampled_means(losses, rng) for _ in range(24)])
+    alone = [powerlaw.fit(points.assign(loss=row), params, zero_floor=zero_floor)[1] for row in means]
+    monkeypatch.setattr(powerlaw, "fit", None)  # a row left to the one-draw fit fails here
+    together = powerlaw.refits(points, means, params, zero_floor=zero_floor)
+    assert len(together) == len(means)
+    for (curves, got), want in zip(together, alone):
+        assert got == pytest.approx(want, rel=1e-12, abs=1e-12)
+        assert list(curves) == list(dict.fromkeys(points["variant"]))
+    assert (params[0] == 0.0) == (budget == 200) or zero_floor
+    if not zero_floor:
+        assert 0 < sum(got[0] == 0 for _, got in together) < len(means)  # a floor at its bound, and one freed
+
+
+def test_a_refit_that_does_not_settle_at_once_is_fitted_alone(monkeypatch):
+    """A draw whose steps from the start do not settle (here: no steps at all) gets the one-draw fit, and a draw
+    no power law fits (a loss at 0) is None."""
+    points = flat_points()
+    means = np.array([points["loss"].to_numpy(), np.r_[0.0, points["loss"].to_numpy()[1:]]])
+    monkeypatch.setattr(powerlaw, "ROW_STEPS", 0)
+    got = powerlaw.refits(points, means, FLAT_START)
+    assert got[1] is None
+    assert got[0][1] == pytest.approx(powerlaw.fit(points, start=FLAT_START)[1], rel=1e-12, abs=1e-12)
+
+
 def test_the_written_out_solve_rounds_as_numpy_does():
     """The polish's Cholesky solve sums in np.sum's order (so the committed fits keep their bytes) and solves."""
     rng = np.random.default_rng(0)

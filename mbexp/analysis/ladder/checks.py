@@ -9,7 +9,7 @@ import pandas as pd
 from scipy import stats as scipy_stats
 
 from mbexp.analysis.ladder import draws as ladder_draws  # `draws` names the bootstrap's draws here
-from mbexp.analysis.ladder.powerlaw import fit, multiplier
+from mbexp.analysis.ladder.powerlaw import fit, multiplier, refits
 from mbexp.claims.vocabulary import UNRESOLVED
 
 FORMS = ("shared floor", "separate floors", "E = 0")  # then one "without <size>" per size
@@ -48,6 +48,27 @@ def shared_floor(points: pd.DataFrame, start=None) -> tuple[dict, np.ndarray]:
     return fit(points, start=start)
 
 
+def _refit_separate(points: pd.DataFrame, losses: np.ndarray, start: dict) -> list[dict | None]:
+    """`separate_floors` for each row of `losses` from `start`; None where a variant's refit fails."""
+    out = [{} for _ in losses]
+    for name in points["variant"].unique():
+        mine = (points["variant"] == name).to_numpy()
+        for row, got in zip(out, refits(points[mine], losses[:, mine], start[name])):
+            row[name] = None if got is None else got[0][name]
+    return [None if None in row.values() else row for row in out]
+
+
+def _curves_of(found: list) -> list[dict | None]:
+    return [None if got is None else got[0] for got in found]
+
+
+REFITS = {  # each form's bootstrap refits: curves (or None) for each row of losses, from the fit to the means
+    shared_floor: lambda p, losses, start: _curves_of(refits(p, losses, start)),
+    zero_floor: lambda p, losses, start: _curves_of(refits(p, losses, start, zero_floor=True)),
+    separate_floors: _refit_separate,
+}
+
+
 def form_trends(points: pd.DataFrame, baseline: str, fitter, resamples: int, draws=None) -> dict[str, tuple]:
     """Per variant, its multiplier trend along the ladder under `fitter`: (verdict, ratio, low, high); the
     bootstrap's refits start from the fit to the means (`draws`: that bootstrap, where the caller has it)."""
@@ -56,7 +77,7 @@ def form_trends(points: pd.DataFrame, baseline: str, fitter, resamples: int, dra
     points = points.assign(multiplier=[multiplier(base, curves[v], c)
                                        for v, c in zip(points["variant"], points["compute"])])
     if draws is None:
-        draws = ladder_draws.bootstrap(points, baseline, params, resamples, lambda p, start: fitter(p, start)[0])
+        draws = ladder_draws.bootstrap(points, baseline, params, resamples, REFITS[fitter])
     points["multiplier_low"], points["multiplier_high"] = ladder_draws.interval(draws)
     out = {}
     for name in points["variant"].unique():

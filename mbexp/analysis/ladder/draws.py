@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from mbexp.analysis.ladder.powerlaw import fit, multiplier
+from mbexp.analysis.ladder.powerlaw import multiplier, refits
 from mbexp.analysis.stats import LEVEL
 from mbexp.claims.vocabulary import UNRESOLVED
 
@@ -27,23 +27,21 @@ def too_few(points: pd.DataFrame) -> str | None:
     return f"too few points to fit L(C) = E + A·C^-α: {named} ({MIN_POINTS} sizes per curve needed)"
 
 
-def bootstrap(points: pd.DataFrame, baseline: str, params, resamples: int, fitter=None) -> np.ndarray:
+def bootstrap(points: pd.DataFrame, baseline: str, params, resamples: int, refit=None) -> np.ndarray:
     """Each point's multiplier (a column) over refits (rows) to resampled means (`resampled_means`: each point from
-    its own seeds). `fitter(points, start)` gives the curves (default: the shared-floor fit from `params`); a draw
-    whose refit fails stays NaN."""
-    fitter = fitter or (lambda p, start: fit(p, start=start)[0])
+    its own seeds). `refit(points, losses, start)` gives the curves of each row of `losses` (default: the
+    shared-floor fit from `params`); a draw whose refit fails (None) stays NaN."""
+    refit = refit or (lambda p, losses, start: [None if got is None else got[0] for got in refits(p, losses, start)])
     rng = np.random.default_rng(RNG_SEED)
     draws = np.full((resamples, len(points)), math.nan)
     losses = [s.to_numpy() for s in points["losses"]]
-    spread = any(len(s) > 1 for s in losses)
-    for b in range(resamples if spread else 0):  # one seed everywhere: no noise estimate, no interval
-        means = resampled_means(losses, rng)
-        try:
-            curves = fitter(points.assign(loss=means), params)
-        except RuntimeError:
-            continue
-        base = curves[baseline]
-        draws[b] = [multiplier(base, curves[v], c) for v, c in zip(points["variant"], points["compute"])]
+    if not any(len(s) > 1 for s in losses):  # one seed everywhere: no noise estimate, no interval
+        return draws
+    means = np.array([resampled_means(losses, rng) for _ in range(resamples)]).reshape(resamples, len(points))
+    for b, curves in enumerate(refit(points, means, params)):
+        if curves is not None:
+            base = curves[baseline]
+            draws[b] = [multiplier(base, curves[v], c) for v, c in zip(points["variant"], points["compute"])]
     return draws
 
 
