@@ -151,8 +151,6 @@ def _newton_rows(start: np.ndarray, x, ys: np.ndarray, which, k: int, zero_floor
     that reaches a bound held there until the gradient pulls it inside; a step that fits worse is damped (the
     rows start further from their optimum than a polish does). None in a row whose steps do not settle."""
     rows, size = len(ys), len(start)
-    if not rows or not (ys.min(axis=1) > 0).all():
-        return [None] * rows
     low = np.array([0.0] + [-np.inf] * k + [ALPHA_BOUNDS[0]] * k, dtype=np.longdouble)
     high = np.repeat(np.array([np.inf] * (1 + k) + [ALPHA_BOUNDS[1]] * k, dtype=np.longdouble)[None, :], rows, 0)
     high[:, 0] = ZERO_FLOOR if zero_floor else ys.min(axis=1) * (1 - 1e-9)  # E below each row's least loss
@@ -164,7 +162,7 @@ def _newton_rows(start: np.ndarray, x, ys: np.ndarray, which, k: int, zero_floor
     x, y = x.astype(np.longdouble), ys.astype(np.longdouble)
     sse = _sse_rows(p, x, y, which, k)
     damping, last = np.zeros(rows, np.longdouble), np.full(rows, np.inf)
-    live, result, eye = np.ones(rows, bool), [None] * rows, np.eye(size, dtype=bool)
+    live, result, eye = ys.min(axis=1) > 0, [None] * rows, np.eye(size, dtype=bool)  # `fit` refuses the rest
     with np.errstate(over="ignore", invalid="ignore"):
         for _ in range(ROW_STEPS):
             at = np.flatnonzero(live)
@@ -214,44 +212,42 @@ def _model_rows(p, x, which, k):
 
 
 def _derivatives_rows(p, x, y, which, k) -> tuple[np.ndarray, np.ndarray]:
-    """`_derivatives` for each row of `p` and `y` (the gradient and Hessian of ½·SSE)."""
+    """`_derivatives` for each row of `p` and `y` (the gradient and Hessian of ½·SSE), summed per curve: the
+    Jacobian of curve w's points is zero outside E, log A_w and α_w."""
     m, g = _model_rows(p, x, which, k)
     r = y - m
-    jac = np.zeros((len(p), len(x), p.shape[1]), dtype=p.dtype)
-    points = np.arange(len(x))
-    jac[:, :, 0] = 1
-    jac[:, points, 1 + which] = g
-    jac[:, points, 1 + k + which] = -x * g
-    hess = np.einsum("rni,rnj->rij", jac, jac)
-    rg = r * g
+    hess = np.zeros((len(p), p.shape[1], p.shape[1]), dtype=p.dtype)
+    grad = np.zeros_like(p)
+    hess[:, 0, 0], grad[:, 0] = len(x), -np.sum(r, axis=1)
     for w in range(k):
         a, b, mine = 1 + w, 1 + k + w, which == w
-        hess[:, a, a] -= np.sum(rg[:, mine], axis=1)
-        hess[:, a, b] += np.sum(rg[:, mine] * x[mine], axis=1)
-        hess[:, b, b] -= np.sum(rg[:, mine] * x[mine] ** 2, axis=1)
-        hess[:, b, a] = hess[:, a, b]
-    return -np.einsum("rni,rn->ri", jac, r), hess
+        gw, xw, rw = g[:, mine], x[mine], r[:, mine]
+        gg, rg = gw * gw, rw * gw
+        hess[:, 0, a] = hess[:, a, 0] = np.sum(gw, axis=1)
+        hess[:, 0, b] = hess[:, b, 0] = -np.sum(xw * gw, axis=1)
+        hess[:, a, a] = np.sum(gg - rg, axis=1)
+        hess[:, a, b] = hess[:, b, a] = np.sum(xw * (rg - gg), axis=1)
+        hess[:, b, b] = np.sum(xw * xw * (gg - rg), axis=1)
+        grad[:, a], grad[:, b] = -np.sum(rg, axis=1), np.sum(xw * rg, axis=1)
+    return grad, hess
 
 
 def _cholesky_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a⁻¹ b for each row's matrix, by the Cholesky factorisation written out over the rows at once (no LAPACK);
-    NaN in a row whose matrix is not positive definite."""
+    """a⁻¹ b for each row's matrix, by the Cholesky factorisation written out over the rows at once (no LAPACK),
+    a column at a time; NaN in a row whose matrix is not positive definite."""
     n = b.shape[1]
     low = np.zeros_like(a)
     with np.errstate(invalid="ignore", divide="ignore"):
-        for i in range(n):
-            for j in range(i + 1):
-                s = a[:, i, j] - np.sum(low[:, i, :j] * low[:, j, :j], axis=1)
-                if i == j:
-                    low[:, i, i] = np.sqrt(np.where(s > 0, s, np.nan))
-                else:
-                    low[:, i, j] = s / low[:, j, j]
+        for j in range(n):
+            s = a[:, j:, j] - np.einsum("rik,rk->ri", low[:, j:, :j], low[:, j, :j])
+            low[:, j, j] = np.sqrt(np.where(s[:, 0] > 0, s[:, 0], np.nan))
+            low[:, j + 1:, j] = s[:, 1:] / low[:, j, j][:, None]
         z = np.zeros_like(b)
         for i in range(n):
-            z[:, i] = (b[:, i] - np.sum(low[:, i, :i] * z[:, :i], axis=1)) / low[:, i, i]
+            z[:, i] = (b[:, i] - np.einsum("rk,rk->r", low[:, i, :i], z[:, :i])) / low[:, i, i]
         out = np.zeros_like(b)
         for i in reversed(range(n)):
-            out[:, i] = (z[:, i] - np.sum(low[:, i + 1:, i] * out[:, i + 1:], axis=1)) / low[:, i, i]
+            out[:, i] = (z[:, i] - np.einsum("rk,rk->r", low[:, i + 1:, i], out[:, i + 1:])) / low[:, i, i]
     return out
 
 
@@ -309,7 +305,7 @@ def _polish(params: np.ndarray, x, y, which, k: int, bounds: tuple, release: boo
 
 
 POLISH_STEPS = 200
-ROW_STEPS = 2000  # the refits' steps from the fit to the means: some travel the valley between E and A to a bound
+ROW_STEPS = 600  # the refits' steps from the fit to the means (a few would travel the valley between E and A)
 NOISE_FLOOR = 1e-11  # an undamped step this small that no longer halves is rounding noise: the steps have settled
 SSE_ROUNDING = 1e-15  # a damped step that fits worse by at most this fraction of the SSE is rounding: it is taken
 
