@@ -13,7 +13,7 @@ from tiny import REPO, make_table_here, mbexp_train, overrides, summaries
 
 from mbexp.analysis import outputs, table
 from mbexp.analysis.collect import collect_runs
-from mbexp.analysis.ladder import draws, powerlaw, render, scaling
+from mbexp.analysis.ladder import batch, draws, powerlaw, render, scaling
 from mbexp.analysis.ladder.powerlaw import Curve
 
 SIZES = {"ladder64": 1e6, "ladder96": 2e6, "ladder128": 4e6, "ladder160": 8e6}  # name -> FLOPs per token
@@ -249,8 +249,8 @@ def test_the_refits_at_once_end_where_each_refit_alone_ends(budget, zero_floor, 
     rng, losses = np.random.default_rng(0), [s.to_numpy() for s in points["losses"]]
     means = np.array([draws.resampled_means(losses, rng) for _ in range(24)])
     alone = [powerlaw.fit(points.assign(loss=row), params, zero_floor=zero_floor)[1] for row in means]
-    monkeypatch.setattr(powerlaw, "fit", None)  # a row left to the one-draw fit fails here
-    together = powerlaw.refits(points, means, params, zero_floor=zero_floor)
+    monkeypatch.setattr(batch, "fit", None)  # a row left to the one-draw fit fails here
+    together = batch.refits(points, means, params, zero_floor=zero_floor)
     assert len(together) == len(means)
     for (curves, got), want in zip(together, alone):
         assert got == pytest.approx(want, rel=1e-12, abs=1e-12)
@@ -265,8 +265,8 @@ def test_a_refit_that_does_not_settle_at_once_is_fitted_alone(monkeypatch):
     no power law fits (a loss at 0) is None."""
     points = flat_points()
     means = np.array([points["loss"].to_numpy(), np.r_[0.0, points["loss"].to_numpy()[1:]]])
-    monkeypatch.setattr(powerlaw, "ROW_STEPS", 0)
-    got = powerlaw.refits(points, means, FLAT_START)
+    monkeypatch.setattr(batch, "ROW_STEPS", 0)
+    got = batch.refits(points, means, FLAT_START)
     assert got[1] is None
     assert got[0][1] == pytest.approx(powerlaw.fit(points, start=FLAT_START)[1], rel=1e-12, abs=1e-12)
 

@@ -9,7 +9,8 @@ import pandas as pd
 from scipy import stats as scipy_stats
 
 from mbexp.analysis.ladder import draws as ladder_draws  # `draws` names the bootstrap's draws here
-from mbexp.analysis.ladder.powerlaw import fit, multiplier, refits
+from mbexp.analysis.ladder.batch import refits
+from mbexp.analysis.ladder.powerlaw import fit, multiplier
 from mbexp.claims.vocabulary import UNRESOLVED
 
 FORMS = ("shared floor", "separate floors", "E = 0")  # then one "without <size>" per size

@@ -8,7 +8,8 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from mbexp.analysis.ladder.powerlaw import multiplier, refits
+from mbexp.analysis.ladder.batch import refits
+from mbexp.analysis.ladder.powerlaw import multiplier
 from mbexp.analysis.stats import LEVEL
 from mbexp.claims.vocabulary import UNRESOLVED
 
