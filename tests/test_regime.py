@@ -110,6 +110,20 @@ def test_needed_compute_interpolates_the_segment_it_falls_in_and_refuses_a_flat_
     assert math.isnan(equivalent.needed_log_compute([0, 1], [4.0, 4.2], 3.5)[0])  # a rising baseline: undefined
 
 
+def test_the_bootstraps_draws_at_once_are_the_one_draw_multipliers_bit_for_bit():
+    """Every draw's needed compute, computed for all draws at once, is needed_log_compute's to the last bit:
+    inside a segment, past either end, on a flat segment and on a rising baseline (NaN)."""
+    rng = np.random.default_rng(5)
+    log_c = np.log([1e12, 2e12, 4e12, 8e12])
+    for slope in (0.2, 0.05, 0.0, -0.1):
+        losses = 4.0 - slope * (log_c - log_c[0]) + rng.normal(0, 0.02, (300, 4))
+        losses[::7, 1] = losses[::7, 2]  # a flat segment
+        targets = losses.mean() + rng.normal(0, 0.15, 300)
+        one = [equivalent.needed_log_compute(log_c, row, t)[0] for row, t in zip(losses, targets)]
+        assert np.array_equal(equivalent._needed_log_computes(log_c, losses, targets), one, equal_nan=True)
+        assert np.isfinite(one).any() if slope > 0 else np.isnan(one).any()  # both kinds of draw are met
+
+
 def test_multiplier_is_the_compute_ratio():
     compute = [math.exp(4.0), math.exp(2.0)]  # in any order
     assert equivalent.multiplier(compute, [3.0, 4.0], 3.5, math.exp(4.0)) == (pytest.approx(math.exp(-1)), "")

@@ -49,13 +49,35 @@ def bootstrap(compute, base: np.ndarray, variant: np.ndarray, variant_compute: f
     budgets) and entry s of `variant` are one seed."""
     rng = np.random.default_rng(seed)
     draws = rng.integers(0, len(variant), size=(resamples, len(variant)))
-    values = np.array([multiplier(compute, base[d].mean(axis=0), variant[d].mean(), variant_compute)[0]
-                       for d in draws])
+    order = np.argsort(compute)
+    log_c = np.log(np.asarray(compute, dtype=float)[order])
+    needed = _needed_log_computes(log_c, base[draws].mean(axis=1)[:, order], variant[draws].mean(axis=1))
+    values = np.array([math.exp(v - math.log(variant_compute)) for v in needed.tolist()])  # libm's exp, as above
     if np.isnan(values).mean() > 1 - LEVEL:  # too many draws where the baseline does not fall
         return math.nan, math.nan
     tail = (1 - LEVEL) / 2 * 100
     low, high = np.nanpercentile(values, [tail, 100 - tail])
     return float(low), float(high)
+
+
+def _needed_log_computes(log_c: np.ndarray, losses: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """needed_log_compute's value for each row of `losses` (budgets in `log_c`'s ascending order) and its
+    target, the same arithmetic on every row at once."""
+    out = np.full(len(targets), np.nan)
+    todo = np.ones(len(targets), bool)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for i in range(len(log_c) - 1):  # the first segment that brackets the target
+            a, b = losses[:, i], losses[:, i + 1]
+            hit = todo & (a != b) & (np.minimum(a, b) <= targets) & (targets <= np.maximum(a, b))
+            out[hit] = log_c[i] + (targets[hit] - a[hit]) / (b[hit] - a[hit]) * (log_c[i + 1] - log_c[i])
+            todo &= ~hit
+        for i, side in ((len(log_c) - 2, todo & (targets < losses[:, -1])),
+                        (0, todo & ~(targets < losses[:, -1]) & (targets > losses[:, 0]))):
+            slope = (losses[side, i + 1] - losses[side, i]) / (log_c[i + 1] - log_c[i])
+            falls = slope < 0
+            rows = np.flatnonzero(side)[falls]
+            out[rows] = log_c[i] + (targets[rows] - losses[rows, i]) / slope[falls]
+    return out
 
 
 def bound(compute, variant_compute: float, side: str) -> float:
