@@ -247,7 +247,7 @@ def test_the_refits_at_once_end_where_each_refit_alone_ends(budget, zero_floor, 
     points = points[scaling.budgets(points) == budget]
     _, params = powerlaw.fit(points, zero_floor=zero_floor)
     rng, losses = np.random.default_rng(0), [s.to_numpy() for s in points["losses"]]
-    means = np.array([draws.resampled_means(losses, rng) for _ in range(24)])
+    means = np.array([draws.resampled_means(losses, rng) for _ in range(12)])
     alone = [powerlaw.fit(points.assign(loss=row), params, zero_floor=zero_floor)[1] for row in means]
     monkeypatch.setattr(batch, "fit", None)  # a row left to the one-draw fit fails here
     together = batch.refits(points, means, params, zero_floor=zero_floor)
