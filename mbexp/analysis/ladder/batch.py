@@ -13,6 +13,9 @@ from mbexp.analysis.ladder.powerlaw import (
     ZERO_FLOOR,
     Curve,
     _curves,
+    _model_parts,
+    _sse,
+    axes,
     fit,
 )
 
@@ -24,12 +27,8 @@ def refits(points: pd.DataFrame, losses: np.ndarray, start: np.ndarray, *, zero_
     """`fit(points.assign(loss=row), start)` for each row of `losses` (a bootstrap's draws); None where that
     raises. The polish runs from `start` for every row at once (docs/ladder-fits.md#precision); a row whose
     steps do not settle is fitted alone by `fit`."""
-    names = list(dict.fromkeys(points["variant"]))
-    which = points["variant"].map(names.index).to_numpy()
-    log_c = np.log(points["compute"].to_numpy(float).astype(np.longdouble))
-    centre = float(log_c.mean())
-    x, k = (log_c - centre).astype(float), len(names)
-    found = _newton_rows(start, x, np.asarray(losses, float), which, k, zero_floor)
+    names, which, x, centre = axes(points)
+    found = _newton_rows(start, x, np.asarray(losses, float), which, len(names), zero_floor)
     out = []
     for row, p in zip(losses, found):
         if p is not None:
@@ -40,6 +39,12 @@ def refits(points: pd.DataFrame, losses: np.ndarray, start: np.ndarray, *, zero_
         except RuntimeError:
             out.append(None)
     return out
+
+
+def refit_curves(points: pd.DataFrame, losses: np.ndarray, start, *, zero_floor: bool = False
+                 ) -> list[dict[str, Curve] | None]:
+    """`refits`' curves alone (None where a refit fails): what a bootstrap reads."""
+    return [None if got is None else got[0] for got in refits(points, losses, start, zero_floor=zero_floor)]
 
 
 def _newton_rows(start: np.ndarray, x, ys: np.ndarray, which, k: int, zero_floor: bool) -> list:
@@ -56,7 +61,7 @@ def _newton_rows(start: np.ndarray, x, ys: np.ndarray, which, k: int, zero_floor
         near = np.isfinite(bound) & (np.abs(p - bound) <= AT_BOUND * np.maximum(1, np.abs(bound)))
         p[near], fixed[near] = bound[near], True
     x, y = x.astype(np.longdouble), ys.astype(np.longdouble)
-    sse = _sse_rows(p, x, y, which, k)
+    sse = _sse(p, x, y, which, k)
     damping, last = np.zeros(rows, np.longdouble), np.full(rows, np.inf)
     live, result, eye = ys.min(axis=1) > 0, [None] * rows, np.eye(size, dtype=bool)  # `fit` refuses the rest
     with np.errstate(over="ignore", invalid="ignore"):
@@ -73,7 +78,7 @@ def _newton_rows(start: np.ndarray, x, ys: np.ndarray, which, k: int, zero_floor
             ahead = p[at] - step
             new = np.clip(ahead, low, high[at])
             out = ~held & ((ahead < low) | (ahead > high[at]))
-            fits = _sse_rows(new, x, y[at], which, k)
+            fits = _sse(new, x, y[at], which, k)
             taken = np.isfinite(step).all(axis=1) & (fits <= sse[at] * (1 + SSE_ROUNDING))
             undamped = damping[at] == 0
             change = np.max(np.abs(step) / np.maximum(1, np.abs(new)), axis=1)
@@ -98,19 +103,10 @@ def _newton_rows(start: np.ndarray, x, ys: np.ndarray, which, k: int, zero_floor
     return result
 
 
-def _sse_rows(p, x, y, which, k):
-    return np.sum((y - _model_rows(p, x, which, k)[0]) ** 2, axis=1)
-
-
-def _model_rows(p, x, which, k):
-    g = np.exp(p[:, 1 + which] - p[:, 1 + k + which] * x)
-    return p[:, :1] + g, g
-
-
 def _derivatives_rows(p, x, y, which, k) -> tuple[np.ndarray, np.ndarray]:
     """`_derivatives` for each row of `p` and `y` (the gradient and Hessian of ½·SSE), summed per curve: the
     Jacobian of curve w's points is zero outside E, log A_w and α_w."""
-    m, g = _model_rows(p, x, which, k)
+    m, g = _model_parts(p, x, which, k)
     r = y - m
     hess = np.zeros((len(p), p.shape[1], p.shape[1]), dtype=p.dtype)
     grad = np.zeros_like(p)

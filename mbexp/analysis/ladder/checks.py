@@ -9,7 +9,7 @@ import pandas as pd
 from scipy import stats as scipy_stats
 
 from mbexp.analysis.ladder import draws as ladder_draws  # `draws` names the bootstrap's draws here
-from mbexp.analysis.ladder.batch import refits
+from mbexp.analysis.ladder.batch import refit_curves
 from mbexp.analysis.ladder.powerlaw import fit, multiplier
 from mbexp.claims.vocabulary import UNRESOLVED
 
@@ -54,18 +54,14 @@ def _refit_separate(points: pd.DataFrame, losses: np.ndarray, start: dict) -> li
     out = [{} for _ in losses]
     for name in points["variant"].unique():
         mine = (points["variant"] == name).to_numpy()
-        for row, got in zip(out, refits(points[mine], losses[:, mine], start[name])):
-            row[name] = None if got is None else got[0][name]
+        for row, curves in zip(out, refit_curves(points[mine], losses[:, mine], start[name])):
+            row[name] = None if curves is None else curves[name]
     return [None if None in row.values() else row for row in out]
 
 
-def _curves_of(found: list) -> list[dict | None]:
-    return [None if got is None else got[0] for got in found]
-
-
 REFITS = {  # each form's bootstrap refits: curves (or None) for each row of losses, from the fit to the means
-    shared_floor: lambda p, losses, start: _curves_of(refits(p, losses, start)),
-    zero_floor: lambda p, losses, start: _curves_of(refits(p, losses, start, zero_floor=True)),
+    shared_floor: refit_curves,
+    zero_floor: lambda p, losses, start: refit_curves(p, losses, start, zero_floor=True),
     separate_floors: _refit_separate,
 }
 

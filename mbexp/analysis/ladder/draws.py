@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from mbexp.analysis.ladder.batch import refits
+from mbexp.analysis.ladder.batch import refit_curves
 from mbexp.analysis.ladder.powerlaw import multiplier
 from mbexp.analysis.stats import LEVEL
 from mbexp.claims.vocabulary import UNRESOLVED
@@ -32,7 +32,7 @@ def bootstrap(points: pd.DataFrame, baseline: str, params, resamples: int, refit
     """Each point's multiplier (a column) over refits (rows) to resampled means (`resampled_means`: each point from
     its own seeds). `refit(points, losses, start)` gives the curves of each row of `losses` (default: the
     shared-floor fit from `params`); a draw whose refit fails (None) stays NaN."""
-    refit = refit or (lambda p, losses, start: [None if got is None else got[0] for got in refits(p, losses, start)])
+    refit = refit or refit_curves
     rng = np.random.default_rng(RNG_SEED)
     draws = np.full((resamples, len(points)), math.nan)
     losses = [s.to_numpy() for s in points["losses"]]

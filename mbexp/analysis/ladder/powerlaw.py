@@ -63,11 +63,8 @@ def fit(points: pd.DataFrame, start: np.ndarray | None = None, *, zero_floor: bo
     compute, loss); bounded α in (0, 2], E in [0, least loss) (E = 0 with `zero_floor`). Fitted in
     x = log C − mean(log C) so the amplitudes stay O(1). Returns the curves and the parameter vector (a start for
     the bootstrap's refits)."""
-    names = list(dict.fromkeys(points["variant"]))
-    which = points["variant"].map(names.index).to_numpy()
-    log_c = np.log(points["compute"].to_numpy(float).astype(np.longdouble))  # libm's log: no CPU-dependent SIMD
-    centre = float(log_c.mean())
-    x, y, k = (log_c - centre).astype(float), points["loss"].to_numpy(float), len(names)
+    names, which, x, centre = axes(points)
+    y, k = points["loss"].to_numpy(float), len(names)
     if not y.min() > 0:  # a bootstrap draw of a 2-seed point (t on 1 df) can reach it: that refit is dropped
         raise RuntimeError("a mean loss at or below 0: no power law with E ≥ 0 fits it")
 
@@ -121,6 +118,16 @@ def fit(points: pd.DataFrame, start: np.ndarray | None = None, *, zero_floor: bo
     polished = _polish(best, x, y, which, k, bounds)
     best = best if polished is None else polished  # a stalled polish keeps the trust-region answer
     return _curves(names, best, centre), best
+
+
+def axes(points: pd.DataFrame) -> tuple[list, np.ndarray, np.ndarray, float]:
+    """The fit's coordinates of `points`: the variants in order of appearance, each point's variant index, its
+    x = log C − mean(log C), and that mean."""
+    names = list(dict.fromkeys(points["variant"]))
+    which = points["variant"].map(names.index).to_numpy()
+    log_c = np.log(points["compute"].to_numpy(float).astype(np.longdouble))  # libm's log: no CPU-dependent SIMD
+    centre = float(log_c.mean())
+    return names, which, (log_c - centre).astype(float), centre
 
 
 def _curves(names: list, p: np.ndarray, centre: float) -> dict[str, Curve]:
@@ -182,12 +189,13 @@ SSE_ROUNDING = 1e-15  # a damped step that fits worse by at most this fraction o
 
 
 def _model_parts(p, x, which, k):
-    g = np.exp(p[1 + which] - p[1 + k + which] * x)
-    return p[0] + g, g
+    """The model at the points and its A·C^-α part, for one parameter vector or each row of a stack of them."""
+    g = np.exp(p[..., 1 + which] - p[..., 1 + k + which] * x)
+    return p[..., :1] + g, g
 
 
 def _sse(p, x, y, which, k):
-    return np.sum((y - _model_parts(p, x, which, k)[0]) ** 2)
+    return np.sum((y - _model_parts(p, x, which, k)[0]) ** 2, axis=-1)
 
 
 def _derivatives(p, x, y, which, k) -> tuple[np.ndarray, np.ndarray]:
