@@ -7,9 +7,11 @@ This script measures the same quantity on the mbexp model for every placement (P
 Peri-LN, output norm, DeepNorm), under mbexp's own GPT-2 init and under Xiong et al.'s
 Xavier init (DeepNorm keeps its own Xavier gains under both): the LM loss on real validation windows of big.txt,
 one backward pass, the Frobenius norm of each FFN weight's gradient, averaged over seeds.
-Writes results/grad_at_init/grad_at_init.{csv,md} and results/figures/grad_at_init.png.
+Writes results/grad_at_init/grad_at_init.{csv,md}, each seed's norms (grad_at_init_seeds.csv) and
+results/figures/grad_at_init.png.
 
     python scripts/grad_at_init.py [--layers 12] [--seeds 4]
+    python scripts/grad_at_init.py --from-seeds results/grad_at_init/grad_at_init_seeds.csv --out DIR  # redraw
 """
 
 from pathlib import Path
@@ -74,7 +76,19 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--seeds", type=int, default=4)
     parser.add_argument("--out", type=Path, default=Path(RESULTS_DIR))
+    parser.add_argument("--from-seeds", type=Path, metavar="CSV",
+                        help="no model: the table and figure from a grad_at_init_seeds.csv this script wrote")
     args = parser.parse_args()
+    if args.from_seeds:
+        try:
+            norms = pd.read_csv(args.from_seeds)
+        except (OSError, pd.errors.ParserError, UnicodeDecodeError) as err:
+            parser.error(f"--from-seeds {args.from_seeds}: {err}")
+        if missing := [c for c in ("init", "placement", "layer", "weight", "seed", "grad_norm") if c not in norms]:
+            parser.error(f"--from-seeds {args.from_seeds}: no column {', '.join(missing)}; give the "
+                         "grad_at_init_seeds.csv this script writes")
+        print(write_outputs(norms, args.out))
+        return
     torch.set_num_threads(1)  # one summation order: the committed numbers reproduce exactly
     cfg = to_object(compose_config(["model=tiny", "ffn=relu", "norm=layer"]))
     data = prepare(cfg.data, seq_len=cfg.model.seq_len)
@@ -82,22 +96,29 @@ def main() -> None:
     batch = next(batches.val_batches(16))  # real text: the first 16 fixed validation windows
     rows = [r for init in INITS for placement in PLACEMENTS for seed in range(args.seeds)
             for r in grad_norms(placement, init, layers=args.layers, seed=seed, batch=batch, cfg=cfg, data=data)]
-    table = pd.DataFrame(rows)
-    table = table[table.weight.isin(["FFN W1", "FFN W2"])]
+    print(write_outputs(pd.DataFrame(rows), args.out))
+
+
+def write_outputs(norms: pd.DataFrame, out: Path) -> str:
+    """From each seed's norms (grad_norms' rows): grad_at_init_seeds.csv (those rows, every digit), the table of
+    seed means (.csv, .md) and the figure; returns the markdown. The means read the rows alone, so the committed
+    seeds' file regenerates the table and figure without a model."""
+    out_dir = out / "grad_at_init"
+    write_text(out_dir / "grad_at_init_seeds.csv", norms.to_csv(index=False))
+    seeds, layers = norms["seed"].nunique(), norms["layer"].max()
+    table = norms[norms.weight.isin(["FFN W1", "FFN W2"])]
     table = table.groupby(["layer", "init", "placement", "weight"], sort=False)["grad_norm"].mean()
     table = table.map(lambda v: float(f"{v:.3g}")).unstack(["init", "placement", "weight"])
     table.columns = [f"{init} {placement}-LN {weight}" for init, placement, weight in table.columns]
-    out_dir = args.out / "grad_at_init"
     write_text(out_dir / "grad_at_init.csv", table.to_csv())
     note = (f"Gradient norm ||dL/dW||_F of the FFN weights at initialisation per layer (1 = nearest the input), "
-            f"mean of {args.seeds} seeds; model=tiny with {args.layers} layers, LayerNorm, ReLU FFN, 16 validation "
+            f"mean of {seeds} seeds; model=tiny with {layers} layers, LayerNorm, ReLU FFN, 16 validation "
             "windows of big.txt. mbexp: the trainer's GPT-2 init (std 0.02, tied head); xavier: Xiong et al.'s "
             "setting (Xavier-normal, unit-variance embeddings, untied head); DeepNorm keeps its Xavier gains under "
             "both.\n")
     markdown = note + "\n" + markdown_table(table) + "\n"
     write_text(out_dir / "grad_at_init.md", markdown)
-    print(markdown)
-    figure_path = args.out / "figures" / "grad_at_init.png"
+    figure_path = out / "figures" / "grad_at_init.png"
     figure_path.parent.mkdir(parents=True, exist_ok=True)
     fig = Figure(figsize=(11, 4.2))
     for ax, init in zip(fig.subplots(1, 2), INITS):
@@ -109,7 +130,7 @@ def main() -> None:
         ax.legend()
     fig.tight_layout()
     fig.savefig(figure_path, dpi=100, metadata={"Software": None})
-    print(f"wrote {out_dir}/grad_at_init.csv, .md and {figure_path}")
+    return f"{markdown}wrote {out_dir}/grad_at_init_seeds.csv, grad_at_init.csv, .md and {figure_path}"
 
 
 if __name__ == "__main__":

@@ -15,12 +15,31 @@ RESULTS = REPO / "results"
 
 
 @pytest.mark.golden
-def test_grad_at_init_reproduces_its_committed_table_and_figure(tmp_path):
-    proc = subprocess.run([sys.executable, "scripts/grad_at_init.py", "--out", str(tmp_path)], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+def test_grad_at_init_regenerates_a_committed_seed_and_its_table_and_figure_are_the_seeds_means(tmp_path):
+    """Seed 0's norms regenerate digit for digit (seeds 1-3 run the same code from their own init seed; `make
+    grad-at-init` regenerates all four), and the committed table and figure are what the committed seeds give."""
+    seeds = RESULTS / "grad_at_init" / "grad_at_init_seeds.csv"
+    for args in (["--seeds", "1", "--out", str(tmp_path / "seed0")], ["--from-seeds", str(seeds), "--out",
+                                                                        str(tmp_path / "means")]):
+        proc = subprocess.run([sys.executable, "scripts/grad_at_init.py", *args], cwd=REPO, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    header, *rows = seeds.read_text().splitlines()
+    assert header.split(",")[4] == "seed" and {r.split(",")[4] for r in rows} == {"0", "1", "2", "3"}
+    again = (tmp_path / "seed0" / "grad_at_init" / "grad_at_init_seeds.csv").read_text().splitlines()
+    assert again == [header] + [r for r in rows if r.split(",")[4] == "0"]
     for name in ("grad_at_init/grad_at_init.csv", "grad_at_init/grad_at_init.md", "figures/grad_at_init.png"):
-        assert filecmp.cmp(tmp_path / name, RESULTS / name, shallow=False), name
+        assert filecmp.cmp(tmp_path / "means" / name, RESULTS / name, shallow=False), name
+
+
+def test_grad_at_init_from_a_file_that_is_not_its_seeds_stops_in_one_line(tmp_path):
+    bad = tmp_path / "norms.csv"
+    bad.write_text("layer,grad_norm\n1,0.5\n")
+    proc = subprocess.run([sys.executable, "scripts/grad_at_init.py", "--from-seeds", str(bad), "--out",
+                           str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(f"error: --from-seeds {bad}: no column init, placement, weight, seed")
+    assert not (tmp_path / "grad_at_init").exists()
 
 
 def committed(folder: str) -> list[Path]:
