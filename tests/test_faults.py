@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny import REPO, children, clean, make_table_here, mbexp_train, metrics, overrides, summaries
+from tiny import REPO, children, clean, make_table_here, mbexp_train, metrics, overrides, popen_train, summaries
 
 from mbexp import corpus, data
 from mbexp.analysis.collect import collect_runs
@@ -246,15 +246,14 @@ def test_write_errors_name_the_path_and_errno_and_the_summary_says_failed(tmp_pa
 @pytest.mark.slow
 def test_an_interrupted_run_is_named_by_make_table_with_the_command_that_resumes_it(tmp_path, cache):
     args = clean(overrides(tmp_path, cache, "train.steps=100000", "train.log_every=1", "train.checkpoint_every=5"))
-    proc = subprocess.Popen([sys.executable, "-m", "mbexp.train", *args], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = popen_train(args)
     deadline = time.monotonic() + 120
     found = []
     while time.monotonic() < deadline and not found:  # wait for training, not for a time
         found = [p for p in (tmp_path / "results").glob("runs/**/metrics.jsonl") if p.read_text().count("\n") >= 2]
         time.sleep(0.2)
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
+    os.kill(proc.pid, signal.SIGTERM)
+    err, _ = proc.communicate(timeout=120)  # stdout and stderr together
     assert found and proc.returncode == 130, err
     table = make_table_here(tmp_path / "results", "--no-wandb")
     assert table.returncode == 1

@@ -4,6 +4,7 @@ trains and scores by: where weight decay falls, bits per byte."""
 import json
 import logging
 import math
+import os
 import signal
 import statistics
 import subprocess
@@ -14,7 +15,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from tiny import REPO, clean, losses, metrics, overrides
+from tiny import REPO, clean, losses, metrics, overrides, popen_train
 from wandb_files import offline_runs
 
 from mbexp.config import compose_config, model_spec, to_object
@@ -138,16 +139,15 @@ def test_absurd_lr_diverges_and_the_sweep_goes_on(tmp_path, cache):
 @pytest.mark.slow
 def test_sigint_leaves_metrics_a_non_completed_summary_and_a_finished_wandb_run(tmp_path, cache):
     args = clean(overrides(tmp_path, cache, "train.steps=100000", "train.checkpoint_every=50", logger="wandb"))
-    proc = subprocess.Popen([sys.executable, "-m", "mbexp.train", *args], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = popen_train(args)
     deadline = time.time() + 120
     found = []
     while time.time() < deadline and not found:
         found = [p for p in (tmp_path / "results").glob("runs/**/metrics.jsonl") if p.read_text().count("\n") >= 3]
         time.sleep(0.2)
     assert found, "training never started"
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
+    os.kill(proc.pid, signal.SIGINT)
+    err, _ = proc.communicate(timeout=120)  # stdout and stderr together
     assert proc.returncode == 130, err
     directory = found[0].parent
     summary = json.loads((directory / "summary.json").read_text())

@@ -4,8 +4,8 @@ import json
 import math
 
 import pytest
-from test_resume import kill_when, popen_train
-from tiny import clean, mbexp_train, metrics, overrides
+from test_resume import kill_when
+from tiny import clean, mbexp_train, metrics, overrides, popen_train
 
 from mbexp.config import OptimConfig, TrainConfig, compose_config, to_object
 from mbexp.run.identity import run_dir

@@ -75,8 +75,73 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
+def popen_train(args: list[str]) -> "subprocess.Popen | WarmProcess":
+    """`python -m mbexp.train ARGS` started as Popen(start_new_session=True, stderr=STDOUT) starts it, for a test
+    that signals it: a child of the warm interpreter where mbexp_train would use one (one at a time), else a new
+    process. Either has pid, poll(), wait(timeout), stdout.read() and communicate(timeout)."""
+    command, env = [sys.executable, "-m", "mbexp.train", *clean(args)], dict(os.environ)
+    if _warm_reads_the_same(env):
+        return WarmProcess(command, env)
+    return subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+
+class WarmProcess:
+    """A command run by a child of the warm interpreter in a session of its own, its stdout and stderr in one file;
+    the warm interpreter serves nothing else until it ends (a later request first kills it: _end_started)."""
+
+    def __init__(self, command: list[str], env: dict):
+        _end_started()
+        self.args, self.returncode, self._folder = command, None, tempfile.TemporaryDirectory()
+        self._out = Path(self._folder.name, "out")
+        self._out.touch()
+        self._fd = _warm()[0].stdout.fileno()
+        request = {"args": command[3:], "cwd": str(REPO), "env": env, "out": str(self._out), "err": str(self._out),
+                   "session": True}
+        _warm()[0].stdin.write(json.dumps(request) + "\n")
+        _warm()[0].stdin.flush()
+        self.pid = int(_line(self._fd, None))
+        _started.append(self)
+
+    @property
+    def stdout(self) -> io.StringIO:
+        return io.StringIO(self._out.read_text())
+
+    def poll(self) -> int | None:
+        return self.wait(0) if self.returncode is not None or _readable(self._fd) else None
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            code = _line(self._fd, timeout)
+            if code is None:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            self.returncode = int(code)
+            _started.remove(self)
+        return self.returncode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, None]:
+        self.wait(timeout)
+        return self._out.read_text(), None
+
+
+_started: list[WarmProcess] = []  # the warm interpreter's command still running, if any
+
+
+def _end_started() -> None:
+    """A command a failed test left running is killed, and its exit read, before the next request."""
+    for proc in list(_started):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _readable(fd: int) -> bool:
+    return bool(select.select([fd], [], [], 0)[0])
+
+
 def _run_warm(command: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
     """`command` run by a child of the warm interpreter, with subprocess.run's result and its timeout."""
+    _end_started()
     proc = _warm()[0]
     with tempfile.TemporaryDirectory() as folder:
         out, err = Path(folder, "out"), Path(folder, "err")

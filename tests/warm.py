@@ -2,7 +2,8 @@
 compiler front end torch.optim loads, and Hydra are imported once, then each command runs in a process forked from
 here, as `python -m mbexp.train` runs it, in its own folder, environment and output files.
 
-Requests come one per line on stdin (JSON: args, cwd, env, out, err); for each, this process writes the child's pid
+Requests come one per line on stdin (JSON: args, cwd, env, out, err, and session to start a session of its own);
+for each, this process writes the child's pid
 and, when it ends, its exit code (minus the signal that ended it), one line each."""
 
 import atexit
@@ -40,11 +41,16 @@ def serve() -> dict:
 def become(request: dict) -> None:
     """The child: the command's folder, environment, streams, fresh random states, then the module as `-m` runs it
     (an exception or exit code ends this interpreter as it would end that one)."""
+    if request.get("session"):  # as Popen(start_new_session=True): os.killpg(pid, ...) reaches the command alone
+        os.setsid()
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
     for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, request["out"], os.O_WRONLY),
                             (2, request["err"], os.O_WRONLY)):
+        if fd == 2 and path == request["out"]:  # stderr into the same file as stdout, as stderr=STDOUT
+            os.dup2(1, 2)
+            continue
         opened = os.open(path, flags)
         os.dup2(opened, fd)
         os.close(opened)
