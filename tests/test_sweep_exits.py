@@ -3,13 +3,11 @@ launchers (docs/troubleshooting.md)."""
 
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 from test_exit_codes import SHORT, error_lines
-from tiny import REPO, clean, mbexp_train, overrides, summaries
+from tiny import clean, mbexp_train, overrides, popen_train, summaries
 
 from mbexp import preflight
 from mbexp import train as cli
@@ -71,14 +69,13 @@ def test_a_sweep_with_a_run_held_by_another_process_exits_3(tmp_path, cache, lau
 def test_ctrl_c_during_a_sweep_exits_130_and_keeps_the_checkpoint(tmp_path, cache, launcher):
     args = sweep(tmp_path, cache, launcher, "train.steps=100000", "train.log_every=1", "train.checkpoint_every=5",
                  "hydra.launcher.n_jobs=1" if launcher == "joblib" else "")
-    proc = subprocess.Popen([sys.executable, "-m", "mbexp.train", *clean(args)], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = popen_train(args)
     deadline, jobs = time.monotonic() + 180, 2 if launcher == "submitit_local" else 1  # submitit runs both seeds
     while len({p.parent for p in (tmp_path / "results").glob("runs/**/checkpoint*.pt")}) < jobs:
         assert proc.poll() is None and time.monotonic() < deadline, "no job got going"
         time.sleep(0.2)  # every job started is training: Ctrl-C now
     os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the terminal's whole process group
-    _, err = proc.communicate(timeout=180)
+    err, _ = proc.communicate(timeout=180)  # stdout and stderr together
     assert proc.returncode == 130, err[-3000:]
     assert "interrupted: the runs' checkpoints are kept" in err
     assert list((tmp_path / "results").glob("runs/**/checkpoint*.pt")), "the checkpoint is kept"

@@ -7,15 +7,13 @@ import math
 import os
 import signal
 import statistics
-import subprocess
-import sys
 import time
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
-from tiny import REPO, clean, losses, metrics, overrides, popen_train
+from tiny import clean, losses, mbexp_train, metrics, overrides, popen_train
 from wandb_files import offline_runs
 
 from mbexp.config import compose_config, model_spec, to_object
@@ -121,10 +119,7 @@ def test_wandb_offline_run_read_back_from_disk(tmp_path, cache):
 
 @pytest.mark.slow
 def test_absurd_lr_diverges_and_the_sweep_goes_on(tmp_path, cache):
-    proc = subprocess.run(
-        [sys.executable, "-m", "mbexp.train", "-m", "optim.lr=1000,0.003", *clean(overrides(tmp_path, cache))],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
-    )
+    proc = mbexp_train(["-m", "optim.lr=1000,0.003", *overrides(tmp_path, cache)])
     assert proc.returncode == 0, proc.stderr
     by_lr = {}
     for path in (tmp_path / "results").glob("runs/**/summary.json"):
