@@ -24,9 +24,10 @@ ROW_STEPS = 600  # the steps from the fit to the means (a few draws would travel
 
 def refits(points: pd.DataFrame, losses: np.ndarray, start: np.ndarray, *, zero_floor: bool = False
            ) -> list[tuple[dict[str, Curve], np.ndarray] | None]:
-    """`fit(points.assign(loss=row), start)` for each row of `losses` (a bootstrap's draws); None where that
-    raises. The polish runs from `start` for every row at once (docs/ladder-fits.md#precision); a row whose
-    steps do not settle is fitted alone by `fit`."""
+    """The refit of each row of `losses` (a bootstrap's draws) from `start`, as `fit(points.assign(loss=row),
+    start)` refits it; None where that raises. The polish runs from `start` for every row at once; a row whose
+    steps do not settle is fitted alone by `fit`; a flat form's row can settle at another of its optima than
+    `fit`'s (docs/ladder-fits.md#precision)."""
     names, which, x, centre = axes(points)
     found = _newton_rows(start, x, np.asarray(losses, float), which, len(names), zero_floor)
     out = []
