@@ -87,6 +87,8 @@ def main() -> None:
         if missing := [c for c in ("init", "placement", "layer", "weight", "seed", "grad_norm") if c not in norms]:
             parser.error(f"--from-seeds {args.from_seeds}: no column {', '.join(missing)}; give the "
                          "grad_at_init_seeds.csv this script writes")
+        if pd.to_numeric(norms["grad_norm"], errors="coerce").isna().any():
+            parser.error(f"--from-seeds {args.from_seeds}: a grad_norm that is not a number")
         print(write_outputs(norms, args.out))
         return
     torch.set_num_threads(1)  # one summation order: the committed numbers reproduce exactly

@@ -32,13 +32,16 @@ def test_grad_at_init_regenerates_a_committed_seed_and_its_table_and_figure_are_
         assert filecmp.cmp(tmp_path / "means" / name, RESULTS / name, shallow=False), name
 
 
-def test_grad_at_init_from_a_file_that_is_not_its_seeds_stops_in_one_line(tmp_path):
+@pytest.mark.parametrize(("text", "says"), [("layer,grad_norm\n1,0.5\n", "no column init, placement, weight, seed"),
+                                           ("init,placement,layer,weight,seed,grad_norm\nmbexp,pre,1,FFN W1,0,x\n",
+                                            "a grad_norm that is not a number")])
+def test_grad_at_init_from_a_file_that_is_not_its_seeds_stops_in_one_line(tmp_path, text, says):
     bad = tmp_path / "norms.csv"
-    bad.write_text("layer,grad_norm\n1,0.5\n")
+    bad.write_text(text)
     proc = subprocess.run([sys.executable, "scripts/grad_at_init.py", "--from-seeds", str(bad), "--out",
                            str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
-    assert proc.stderr.startswith(f"error: --from-seeds {bad}: no column init, placement, weight, seed")
+    assert proc.stderr.startswith(f"error: --from-seeds {bad}: {says}")
     assert not (tmp_path / "grad_at_init").exists()
 
 

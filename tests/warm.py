@@ -3,8 +3,8 @@ compiler front end torch.optim loads, and Hydra are imported once, then each com
 here, as `python -m mbexp.train` runs it, in its own folder, environment and output files.
 
 Requests come one per line on stdin (JSON: args, cwd, env, out, err, and session to start a session of its own);
-for each, this process writes the child's pid
-and, when it ends, its exit code (minus the signal that ended it), one line each."""
+for each, this process writes the child's pid and, when it ends, its exit code (minus the signal that ended it),
+one line each."""
 
 import atexit
 import contextlib
