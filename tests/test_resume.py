@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tiny import REPO, clean, losses, mbexp_train, overrides, popen_train, summaries
+from tiny import REPO, clean, losses, make_table_here, mbexp_train, overrides, popen_train, summaries
 from wandb_files import offline_runs
 
 from mbexp.config import compose_config, to_object
@@ -90,8 +90,7 @@ def test_sweep_killed_in_second_job_skips_first_resumes_second_runs_third(tmp_pa
     assert "resuming" in log and "seed=1" in log
     assert sorted((s["seed"], s["status"]) for s in summaries(tmp_path / "results")) == [
         (0, "completed"), (1, "completed"), (2, "completed")]
-    table = subprocess.run([sys.executable, "scripts/make_table.py", "--results", str(tmp_path / "results")],
-                           cwd=REPO, capture_output=True, text=True, timeout=120)
+    table = make_table_here(tmp_path / "results", "--no-wandb")
     assert table.returncode == 0, table.stderr
     (row,) = [line for line in table.stdout.splitlines() if line.startswith("| layer-pre-relu-matched")]
     assert "(3)" in row and "0/3" in row
