@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.image import imsave
 from matplotlib.ticker import EngFormatter
 
 from mbexp.analysis import stats
@@ -33,8 +34,11 @@ def figures(table: Table) -> dict[str, Figure]:
 
 
 def save(fig: Figure, path: Path) -> None:
-    """PNG without the version stamp, so the same runs give the same bytes."""
-    fig.savefig(path, format="png", metadata={"Software": None})
+    """PNG without the version stamp, so the same runs give the same bytes: drawn once, its layout computed in
+    that draw, and encoded as savefig encodes it (savefig draws a layout-only pass first: the same pixels)."""
+    canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)
+    canvas.draw()
+    imsave(path, canvas.buffer_rgba(), format="png", metadata={"Software": None}, dpi=fig.dpi)
 
 
 def _reference_runs(table: Table) -> pd.DataFrame:
