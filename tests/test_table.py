@@ -347,6 +347,23 @@ def test_row_order_and_label_clash(tmp_path):
     ]  # fmt: skip
 
 
+def test_unknown_axis_values_sort_last_by_name_before_the_other_axes(tmp_path):
+    """A norm outside the registry ranks after every known one, by its name: b's ReLU row after a's SwiGLU row,
+    though ReLU ranks before SwiGLU on the next axis."""
+    for row in ["b-pre-relu-matched", "a-pre-swiglu-matched", "rms-pre-swiglu-matched"]:
+        write_run(tmp_path, row)
+    assert built(tmp_path).rows["label"].tolist() == ["rms-pre-swiglu-matched", "a-pre-swiglu-matched",
+                                                      "b-pre-relu-matched"]
+
+
+def test_the_slow_start_column_lists_every_flagged_seed(tmp_path):
+    for seed, early in enumerate([5.00, 5.01, 5.02, 5.03, 5.04, 9.0, 9.0]):
+        write_run(tmp_path, seed=seed, early_val_loss=early)
+    t = built(tmp_path)
+    assert t.rows.set_index("label").loc[BASE, "slow_start"] == "5 6"
+    assert shown(t)["slow start (seeds)"].tolist() == ["5 6"]
+
+
 def test_load_curves_reads_eval_records(tmp_path):
     run_dir = write_run(tmp_path, curve=[7.0, 6.0, 5.5])
     with (run_dir / "metrics.jsonl").open("a") as f:
