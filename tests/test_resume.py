@@ -4,13 +4,11 @@ import json
 import logging
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from tiny import REPO, clean, losses, make_table_here, mbexp_train, overrides, popen_train, summaries
+from tiny import clean, losses, make_table_here, mbexp_train, overrides, popen_train, summaries
 from wandb_files import offline_runs
 
 from mbexp.config import compose_config, to_object
@@ -18,12 +16,6 @@ from mbexp.run.identity import run_dir
 from mbexp.trainer import train
 
 SLOW = ["train.steps=60", "train.checkpoint_every=10", "train.eval_every=20"]
-
-
-def new_process(args: list[str]) -> subprocess.Popen:
-    """A process of its own (popen_train runs one command at a time in the warm interpreter)."""
-    return subprocess.Popen([sys.executable, "-m", "mbexp.train", *clean(args)], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
 def kill_when(proc, ready, timeout: float = 180) -> None:
@@ -99,7 +91,7 @@ def test_sweep_killed_in_second_job_skips_first_resumes_second_runs_third(tmp_pa
 @pytest.mark.slow
 def test_two_processes_on_one_run_exactly_one_trains(tmp_path, cache):
     args = overrides(tmp_path, cache, "train.steps=150", "train.eval_every=50")
-    procs = [new_process(args) for _ in range(2)]  # side by side
+    procs = [popen_train(args, warm=False) for _ in range(2)]  # side by side: processes of their own
     outs = [p.communicate(timeout=300)[0] for p in procs]
     trained = [o for o in outs if "completed at step 150" in o]
     assert len(trained) == 1, outs

@@ -75,12 +75,13 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def popen_train(args: list[str]) -> "subprocess.Popen | WarmProcess":
+def popen_train(args: list[str], *, warm: bool = True) -> "subprocess.Popen | WarmProcess":
     """`python -m mbexp.train ARGS` started as Popen(start_new_session=True, stderr=STDOUT) starts it, for a test
-    that signals it: a child of the warm interpreter where mbexp_train would use one (one at a time), else a new
-    process. Either has pid, poll(), wait(timeout), stdout.read() and communicate(timeout)."""
+    that signals it: a child of the warm interpreter where mbexp_train would use one (one at a time; `warm` False
+    for commands that must run side by side), else a new process. Either has pid, poll(), wait(timeout),
+    stdout.read() and communicate(timeout)."""
     command, env = [sys.executable, "-m", "mbexp.train", *clean(args)], dict(os.environ)
-    if _warm_reads_the_same(env):
+    if warm and _warm_reads_the_same(env):
         return WarmProcess(command, env)
     return subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
@@ -91,16 +92,11 @@ class WarmProcess:
     the warm interpreter serves nothing else until it ends (a later request first kills it: _end_started)."""
 
     def __init__(self, command: list[str], env: dict):
-        _end_started()
         self.args, self.returncode, self._folder = command, None, tempfile.TemporaryDirectory()
         self._out = Path(self._folder.name, "out")
         self._out.touch()
         self._fd = _warm()[0].stdout.fileno()
-        request = {"args": command[3:], "cwd": str(REPO), "env": env, "out": str(self._out), "err": str(self._out),
-                   "session": True}
-        _warm()[0].stdin.write(json.dumps(request) + "\n")
-        _warm()[0].stdin.flush()
-        self.pid = int(_line(self._fd, None))
+        self.pid = _start_warm(command, env, self._out, self._out, session=True)
         _started.append(self)
 
     @property
@@ -139,17 +135,24 @@ def _readable(fd: int) -> bool:
     return bool(select.select([fd], [], [], 0)[0])
 
 
+def _start_warm(command: list[str], env: dict, out: Path, err: Path, session: bool = False) -> int:
+    """`command` handed to the warm interpreter (once a command a failed test left running has ended); its pid."""
+    _end_started()
+    proc = _warm()[0]
+    request = {"args": command[3:], "cwd": str(REPO), "env": env, "out": str(out), "err": str(err),
+               "session": session}
+    proc.stdin.write(json.dumps(request) + "\n")
+    proc.stdin.flush()
+    return int(_line(proc.stdout.fileno(), None))
+
+
 def _run_warm(command: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
     """`command` run by a child of the warm interpreter, with subprocess.run's result and its timeout."""
-    _end_started()
     proc = _warm()[0]
     with tempfile.TemporaryDirectory() as folder:
         out, err = Path(folder, "out"), Path(folder, "err")
         out.touch(), err.touch()
-        request = {"args": command[3:], "cwd": str(REPO), "env": env, "out": str(out), "err": str(err)}
-        proc.stdin.write(json.dumps(request) + "\n")
-        proc.stdin.flush()
-        pid = int(_line(proc.stdout.fileno(), None))
+        pid = _start_warm(command, env, out, err)
         code = _line(proc.stdout.fileno(), timeout)
         if code is None:  # as subprocess.run: the command killed, what it wrote kept with the error
             with contextlib.suppress(ProcessLookupError):
