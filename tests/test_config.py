@@ -157,6 +157,20 @@ def test_bad_input_names_the_key_and_choices(args, must_say):
         assert word in str(err.value)
 
 
+@pytest.mark.parametrize(("args", "message"), [
+    (["data=text"], "data=text needs data.path=<file, folder or glob>"),
+    (["optim.adjust_lr_fn=original"],
+     "optim.adjust_lr_fn=original applies only to optim=muon; with optim=adamw leave it out (null)"),
+    (["optim=muon", "optim.adamw_lr=0"],
+     "optim.adamw_lr=0.0 must be > 0 (or null: the AdamW group trains at optim.lr)"),
+])
+def test_a_refusal_that_says_what_to_write_reads_exactly_so(args, message):
+    # the key, the bound and the fix a user copies from the message, with nothing glued to them
+    with pytest.raises(ConfigError) as err:
+        to_object(compose_config(args))
+    assert str(err.value) == message
+
+
 def test_the_data_settings_boundaries_that_hold_pass():
     c = to_object(compose_config(["data.max_docs=1", "data.val_fraction=0.5", "data.test_fraction=0.25"]))
     assert (c.data.max_docs, c.data.val_fraction, c.data.test_fraction) == (1, 0.5, 0.25)

@@ -72,3 +72,17 @@ def test_a_jobs_command_is_its_overrides_after_the_module_and_none_outside_hydra
 def test_a_run_records_the_version_of_each_package_that_makes_its_numbers():
     names = ["mbexp", "torch", "hydra-core", "omegaconf", "tokenizers", "datasets", "wandb", "numpy"]
     assert versions() == {**{name: metadata.version(name) for name in names}, "python": platform.python_version()}
+
+
+def test_a_package_that_is_not_installed_is_recorded_as_not_installed(monkeypatch):
+    # the summary's versions name a package missing from the environment in words, not as null
+    installed = metadata.version
+
+    def version(name):
+        if name == "wandb":
+            raise metadata.PackageNotFoundError(name)
+        return installed(name)
+
+    monkeypatch.setattr(metadata, "version", version)
+    found = versions()
+    assert found["wandb"] == "not installed" and found["torch"] == installed("torch")
