@@ -335,6 +335,66 @@ def test_baseline_override(tmp_path):
         table.build_tables(tmp_path, baselines={"other": BASE})
 
 
+def rows_named(*labels: str, rows: tuple = ()) -> pd.DataFrame:
+    """A table's rows as pick_baseline reads them: a label (its row name from `rows`, else the label) and its axes."""
+    names = rows or labels
+    return pd.DataFrame([{"label": label, "row": name, "experiment": "quick",
+                          **dict(zip(("norm", "placement", "ffn", "hidden"), name.split("-")))}
+                         for label, name in zip(labels, names)])
+
+
+def test_the_default_baseline_matches_most_shazeer_axes_then_hidden_matched_in_any_row_order():
+    # three of Shazeer's axes beat hidden=matched; on equal axes, matched beats 4d even when it comes second
+    assert table.pick_baseline(rows_named("rms-pre-swiglu-matched", "layer-pre-relu-4d")) == 1
+    assert table.pick_baseline(rows_named("layer-pre-relu-4d", BASE)) == 1
+
+
+def test_a_baseline_choice_of_no_row_or_of_a_name_two_rows_share_is_refused_naming_the_rows():
+    with pytest.raises(ValueError) as err:  # a one-row table: no other row to fall back on
+        table.pick_baseline(rows_named(BASE), "nope")
+    assert str(err.value) == f"baseline 'nope' is not one row of quick; rows: {BASE}"
+    shared = rows_named(f"{BASE} (model.d_model=128)", f"{BASE} (model.d_model=64)", "layer-pre-swiglu-matched",
+                        rows=(BASE, BASE, "layer-pre-swiglu-matched"))
+    with pytest.raises(ValueError, match=r"rows: .*\(model\.d_model=64\), layer-pre-swiglu-matched$"):
+        table.pick_baseline(shared, BASE)
+    assert table.pick_baseline(shared, f"{BASE} (model.d_model=64)") == 1
+
+
+def test_a_row_without_a_recorded_size_sorts_as_size_0_before_a_sized_row_of_the_same_axes(tmp_path):
+    # the sized row's files come first on disk; the size-less one's label sorts last
+    write_run(tmp_path, BASE, extra={"model.d_model": 128}, variant="a")
+    write_run(tmp_path, BASE, extra={"model.d_model": 64}, variant="b", params_non_embedding=None)
+    t = built(tmp_path)
+    assert t.rows["label"].tolist() == [f"{BASE} (model.d_model=64)", f"{BASE} (model.d_model=128)"]
+    assert shown(t)["non-emb. params"].tolist() == ["—", "786,432"]
+
+
+def test_a_rows_sizes_and_early_step_are_its_runs_at_the_reference_column_else_any_of_its_runs(tmp_path):
+    # the 100-step runs come first on disk; the swiglu row has none at the reference (300 steps)
+    for steps, seed in [(100, 0), (100, 1), (300, 0), (300, 1)]:
+        write_run(tmp_path, BASE, seed=seed, steps=steps, early_step=steps // 10, early_tokens=steps // 10 * 2048,
+                  variant=f"a-{steps}")
+    write_run(tmp_path, "layer-pre-swiglu-matched", steps=100, params=999, d_ff=344)
+    rows = built(tmp_path).rows.set_index("label")
+    assert rows.loc[BASE, "early_step"] == 30
+    assert rows.loc["layer-pre-swiglu-matched", ["params", "d_ff", "n"]].astype(float).tolist() == [999, 344, 0]
+
+
+def test_warmup_sensitivity_reads_only_the_warmups_a_row_was_run_at(tmp_path):
+    """rms ran at 100 and 500 only: its smallest warm-up is 100, not the table's 0 (no run there is no divergence);
+    post ran at 0 only: one setting, no sensitivity."""
+    for seed in range(2):
+        for warmup in (0, 100, 500):
+            write_run(tmp_path, BASE, seed=seed, warmup=warmup)
+        for warmup, final in [(100, [5.3, 5.5]), (500, [5.1, 5.2])]:
+            write_run(tmp_path, "rms-pre-relu-matched", seed=seed, warmup=warmup, final=final[seed],
+                      test=final[seed])
+        write_run(tmp_path, "layer-post-relu-matched", seed=seed, warmup=0)
+    rows = built(tmp_path).rows.set_index("label")
+    assert rows.loc["rms-pre-relu-matched", "sensitivity"] == pytest.approx(0.25)  # 100 minus the val-best 500
+    assert math.isnan(rows.loc["layer-post-relu-matched", "sensitivity"])
+
+
 def test_row_order_and_label_clash(tmp_path):
     for row in ["rms-pre-relu-matched", "layer-pre-swiglu-8_3d", "layer-post-relu-matched", "layer-pre-swiglu-matched"]:
         write_run(tmp_path, row)

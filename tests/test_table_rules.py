@@ -9,7 +9,7 @@ from scipy import stats as scipy_stats
 from test_table import BASE, write_run
 from tiny import script
 
-from mbexp.analysis import figures, table
+from mbexp.analysis import figures, stats, table
 
 BASE_LOSS = [5.00, 5.30, 4.90, 5.10]
 ROWS = {"layer-pre-swiglu-matched": [4.99, 5.31, 4.905, 5.095], "layer-pre-gelu-matched": [5.01, 5.28, 4.92, 5.11],
@@ -56,6 +56,16 @@ def test_the_narrow_interval_is_the_90_percent_paired_t_interval(tmp_path):
         assert (rows.loc[row, "ci90_low"], rows.loc[row, "ci90_high"]) == pytest.approx((ci.low, ci.high), rel=1e-9)
         wide = scipy_stats.ttest_rel(values, BASE_LOSS).confidence_interval(0.95)
         assert (rows.loc[row, "ci_low"], rows.loc[row, "ci_high"]) == pytest.approx((wide.low, wide.high), rel=1e-9)
+
+
+def test_seed_deltas_and_seeds_needed_are_read_off_a_rows_paired_differences(tmp_path):
+    rows = three_rows(tmp_path)
+    for row, values in ROWS.items():
+        diffs = [a - b for a, b in zip(values, BASE_LOSS)]
+        assert rows.loc[row, "seed_deltas"] == " ".join(f"{seed}:{d:+.4f}" for seed, d in enumerate(diffs))
+        assert rows.loc[row, "seeds_needed"] == stats.seeds_needed(statistics.mean(diffs), statistics.stdev(diffs))
+    assert rows.loc["layer-pre-gelu-matched", "seeds_needed"] == 97  # the sample SD (n − 1); n − 2 would say 144
+    assert rows.loc[BASE, "seed_deltas"] == "" and math.isnan(rows.loc[BASE, "seeds_needed"])
 
 
 def test_tokens_per_s_is_the_median_over_seeds(tmp_path):
