@@ -1,11 +1,13 @@
 """The table's documented rules (docs/columns.md), each against an independent value: scipy, a hand calculation."""
 
 import math
+import shutil
 import statistics
 
 import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
+from test_scaling import curve, write_ladder
 from test_table import BASE, write_run
 from tiny import script
 
@@ -131,3 +133,25 @@ def test_an_option_left_off_beside_a_run_that_sets_it_adds_nothing_to_a_row_name
     write_run(tmp_path, "rms-pre-relu-matched", seed=0, extra={"model.logit_softcap": 30.0})  # another row sets it
     labels = set(table.build_tables(tmp_path)["quick"].runs["label"])
     assert labels == {BASE, "rms-pre-relu-matched"}  # not "... (model.logit_softcap=nan)"
+
+
+def test_a_baseline_row_says_baseline_in_ci_method_and_every_row_names_the_split(tmp_path):
+    rows = three_rows(tmp_path)
+    assert rows.loc[BASE, "ci_method"] == "baseline" and rows.loc[BASE, "seed_deltas"] == ""
+    assert set(rows.loc[list(ROWS), "ci_method"]) == {"paired"}
+    assert rows["split"].tolist() == ["test"] * 4  # the CSV's split column, one cell a row
+
+
+def test_a_ladder_names_each_rows_baseline_right_after_the_baseline_column(tmp_path):
+    sizes = {"ladder64": 1e6, "ladder96": 2e6, "ladder128": 4e6}  # two sizes with the baseline, one without
+    write_ladder(tmp_path, {"relu": curve(0.3, 4.3), "swiglu": curve(0.36, 4.2)}, sizes=sizes, noise=0.02)
+    for steps in (200, 600):
+        shutil.rmtree(tmp_path / "runs" / "synth" / f"relu-ladder128-{steps}")
+    t = table.build_tables(tmp_path)["synth"]
+    columns = list(t.rows.columns)
+    assert columns[columns.index("baseline") + 1] == "baseline_row"
+    rows = t.rows.set_index("label")
+    assert rows.loc["layer-pre-swiglu-matched-ladder96", "baseline_row"] == "layer-pre-relu-matched-ladder96"
+    orphan = rows.loc["layer-pre-swiglu-matched-ladder128"]  # no Δ, so no per-seed Δ in its cell or the Table
+    assert (orphan["ci_method"], orphan["seed_deltas"], orphan["baseline_row"]) == ("no baseline", "", "")
+    assert "layer-pre-swiglu-matched-ladder128" not in t.seed_deltas
