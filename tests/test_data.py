@@ -11,7 +11,6 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -119,19 +118,6 @@ def test_an_unknown_corpus_name_is_refused_with_the_valid_ones():
         corpus.documents("wiki")
     assert str(err.value) == f"unknown data.name 'wiki'; valid: {', '.join(corpus.CORPORA)}"
     assert "bigtxt, " in str(err.value) and str(err.value).endswith(", text")
-
-
-def test_a_hub_corpus_keeps_only_its_first_max_docs_documents(monkeypatch):
-    # the token cache reads documents(): data.max_docs cuts a hub stream as it cuts big.txt and a user's files
-    stories = [f"Story {i}." for i in range(10)]
-    split = SimpleNamespace(iter=lambda batch_size: iter([{"text": stories}]))  # one split of datasets' rows
-
-    def load_hub(name, max_docs=None):
-        return corpus.HubDocuments(name, {"train": split}, max_docs)
-
-    monkeypatch.setattr(corpus, "load_hub", load_hub)
-    assert list(corpus.documents("tinystories", max_docs=3)) == stories[:3]
-    assert list(corpus.documents("tinystories")) == stories
 
 
 @pytest.fixture

@@ -96,6 +96,13 @@ def test_tinystories_pools_every_split_in_order_and_streams(tinystories):
     assert list(load_hub("tinystories", max_docs=100)) == expected[:100]
 
 
+def test_documents_cuts_a_hub_corpus_at_max_docs(tinystories):
+    # the token cache reads documents(): data.max_docs cuts a hub stream as it cuts big.txt and a user's files
+    expected = [t.strip() for split in ("train", "validation") for t in tinystories[split] if t.strip()]
+    assert list(corpus.documents("tinystories", max_docs=100)) == expected[:100]
+    assert list(corpus.documents("tinystories")) == expected
+
+
 def test_wikitext_lines_join_into_articles_across_pooled_splits(wikitext):
     assert list(load_hub("wikitext2")) == [
         "= Delta = \n Delta tests .",  # splits pooled in sorted order: test, train, validation
