@@ -1,5 +1,6 @@
 """The results table on hand-made run files: rows, tuned key, column axes, statistics, robustness and outputs."""
 
+import io
 import json
 import math
 import statistics
@@ -369,6 +370,17 @@ def test_a_row_without_a_recorded_size_sorts_as_size_0_before_a_sized_row_of_the
     assert shown(t)["non-emb. params"].tolist() == ["—", "786,432"]
 
 
+def test_a_row_without_params_or_d_ff_tables_them_as_not_recorded_and_the_others_as_whole_numbers(tmp_path):
+    """A summary may hold params and d_ff as null: that row's cells are empty in the CSV and "—" when shown."""
+    write_run(tmp_path, BASE)
+    write_run(tmp_path, "layer-pre-swiglu-matched", params=None, d_ff=None)
+    t = built(tmp_path)
+    csv = pd.read_csv(io.StringIO(render.to_csv(t)), dtype=str, keep_default_na=False).set_index("label")
+    assert csv.loc[[BASE, "layer-pre-swiglu-matched"], ["params", "d_ff"]].values.tolist() == \
+        [["1311360", "512"], ["", ""]]
+    assert shown(t).loc["layer-pre-swiglu-matched", ["params", "d_ff"]].tolist() == ["—", "—"]
+
+
 def test_a_rows_sizes_and_early_step_are_its_runs_at_the_reference_column_else_any_of_its_runs(tmp_path):
     # the 100-step runs come first on disk; the swiglu row has none at the reference (300 steps)
     for steps, seed in [(100, 0), (100, 1), (300, 0), (300, 1)]:
@@ -604,6 +616,13 @@ def test_mixed_numerics_names_each_rows_mix_in_row_order_with_counts():
                                     "Row b mixes runs: 2 compiled=False, 1 compiled=True.",
                                     "Row a mixes runs: 1 device=cpu, 1 device=cuda."]
     assert table.mixed_numerics(runs.assign(device="cpu", compiled=None)) == []
+
+
+def test_a_rows_mix_of_values_of_different_types_is_named_in_the_order_of_their_text(tmp_path):
+    """The reader accepts any JSON value for how a run computed; a row mixing a bool and a text is still one note."""
+    write_run(tmp_path, BASE, seed=0, compiled=True)
+    write_run(tmp_path, BASE, seed=1, compiled="max-autotune")  # a compile mode recorded as text
+    assert built(tmp_path).notes == [f"Row {BASE} mixes runs: 1 compiled=max-autotune, 1 compiled=True."]
 
 
 def test_a_config_object_groups_as_its_json_with_sorted_keys_and_a_list_as_a_tuple():

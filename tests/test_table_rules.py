@@ -1,5 +1,6 @@
 """The table's documented rules (docs/columns.md), each against an independent value: scipy, a hand calculation."""
 
+import io
 import math
 import shutil
 import statistics
@@ -11,7 +12,7 @@ from test_scaling import curve, write_ladder
 from test_table import BASE, write_run
 from tiny import script
 
-from mbexp.analysis import figures, stats, table
+from mbexp.analysis import figures, render, stats, table
 
 BASE_LOSS = [5.00, 5.30, 4.90, 5.10]
 ROWS = {"layer-pre-swiglu-matched": [4.99, 5.31, 4.905, 5.095], "layer-pre-gelu-matched": [5.01, 5.28, 4.92, 5.11],
@@ -155,3 +156,13 @@ def test_a_ladder_names_each_rows_baseline_right_after_the_baseline_column(tmp_p
     orphan = rows.loc["layer-pre-swiglu-matched-ladder128"]  # no Δ, so no per-seed Δ in its cell or the Table
     assert (orphan["ci_method"], orphan["seed_deltas"], orphan["baseline_row"]) == ("no baseline", "", "")
     assert "layer-pre-swiglu-matched-ladder128" not in t.seed_deltas
+
+
+def test_every_csv_row_names_the_split_the_column_axis_and_the_reference_value_its_delta_is_at(tmp_path):
+    """The CSV is read without the caption: each row carries the split, the column axis key and its reference."""
+    for warmup in (0, 100):
+        for seed in range(2):
+            write_run(tmp_path, BASE, seed=seed, warmup=warmup)
+            write_run(tmp_path, "rms-pre-relu-matched", seed=seed, warmup=warmup, final=4.9)
+    csv = pd.read_csv(io.StringIO(render.to_csv(table.build_tables(tmp_path)["quick"])))
+    assert csv[["split", "column", "reference"]].values.tolist() == [["test", "optim.warmup_steps", 100]] * 2
