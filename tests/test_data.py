@@ -1,6 +1,7 @@
 """The data pipeline: the embedded corpus, its cleaning and split, the tokenizer, the cache, batches, errors."""
 
 import ast
+import dataclasses
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -413,6 +414,32 @@ def test_batches_in_process(bigtxt_tokens):
     assert int(b0.starts["val"][-1]) + BIGTXT_TEST_SEQ_LEN + 1 <= bigtxt_tokens.val.size
 
 
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_each_ddp_rank_keeps_its_own_slice_of_the_one_global_batch(bigtxt_tokens, world_size):
+    """Rank r of N keeps rows r*B/N to (r+1)*B/N of the batch one process draws: together they are that batch."""
+    def make(rank, world):
+        return Batches(bigtxt_tokens, seq_len=BIGTXT_TEST_SEQ_LEN, batch_size=8, seed=3, val_windows=4, rank=rank,
+                       world_size=world)
+
+    x, y = make(0, 1).next_train()
+    shards = [make(rank, world_size).next_train() for rank in range(world_size)]
+    assert [xs.shape for xs, _ in shards] == [(8 // world_size, BIGTXT_TEST_SEQ_LEN)] * world_size
+    assert torch.equal(torch.cat([xs for xs, _ in shards]), x) and torch.equal(torch.cat([ys for _, ys in shards]), y)
+
+
+@pytest.mark.parametrize("extra", [0, 1, 5, 31])
+def test_whole_split_windows_predict_each_token_after_the_first_once(bigtxt_tokens, extra):
+    """Every window of seq_len + 1 tokens at a stride of seq_len, whatever the split's length modulo seq_len:
+    the targets are the split's tokens from the second on, up to a remainder shorter than one window."""
+    size = 20 * BIGTXT_TEST_SEQ_LEN + extra
+    val = np.asarray(bigtxt_tokens.val[:size]).astype(np.int64)
+    data = dataclasses.replace(bigtxt_tokens, val=val)
+    batches = Batches(data, seq_len=BIGTXT_TEST_SEQ_LEN, batch_size=4, seed=0, val_windows=4)
+    xs, ys = (torch.cat(t).flatten() for t in zip(*batches.val_batches(3, whole=True), strict=True))
+    n = (size - 1) // BIGTXT_TEST_SEQ_LEN * BIGTXT_TEST_SEQ_LEN  # 19 windows at extra=0, 20 from extra=1
+    assert torch.equal(xs, torch.from_numpy(val[:n])) and torch.equal(ys, torch.from_numpy(val[1:n + 1]))
+
+
 def test_fixture_config_reproduces_fixture(bigtxt_tokens):
     again = prepare(bigtxt_test_config(bigtxt_tokens.path.parent), seq_len=BIGTXT_TEST_SEQ_LEN)
     assert again.cache_hit and again.path == bigtxt_tokens.path
@@ -577,6 +604,39 @@ def test_the_tokenizer_is_byte_level_and_honours_min_frequency():
     assert tok.decode(tok.encode(unseen).ids) == unseen  # every byte is in the alphabet
     rare = train_tokenizer(docs, vocab_size=400, min_frequency=10**6)
     assert rare.get_vocab_size() == 256 + 1  # no pair is that frequent: the byte alphabet and the end-of-text token
+
+
+MIXED_TEXT = "Tabs\tand\r\nlines, ~{braces}|, \x00\x1f\x7f controls; Ünïcödé — 漢字 ½ \u00ad soft hyphen 🙂"
+
+
+def test_the_byte_alphabet_is_the_one_the_byte_level_pre_tokenizer_writes():
+    """Byte b of a text stands as the alphabet's character b, the one the tokenizer's ByteLevel step writes for it."""
+    from tokenizers import pre_tokenizers
+
+    from mbexp.data import _bytes_to_unicode
+
+    alphabet = _bytes_to_unicode()
+    assert len(set(alphabet)) == 256 and set(alphabet) == set(pre_tokenizers.ByteLevel.alphabet())
+    [(written, _)] = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False).pre_tokenize_str(MIXED_TEXT)
+    assert "".join(alphabet[b] for b in MIXED_TEXT.encode()) == written
+
+
+def test_token_bytes_counts_the_text_bytes_each_token_stands_for():
+    """One byte for each character of the byte alphabet, none for the end-of-text token: a text's tokens add up to
+    its UTF-8 length, so bits per byte divide by the bytes the text really has."""
+    from tokenizers import pre_tokenizers
+
+    from mbexp.data import token_bytes, train_tokenizer
+
+    docs = word_docs(30, 40)
+    tok = train_tokenizer(docs, vocab_size=400, min_frequency=2)
+    lengths = token_bytes(tok)
+    assert lengths.shape == (tok.get_vocab_size(),) and lengths.dtype == np.int64  # whole counts, one per id
+    assert {int(lengths[tok.token_to_id(ch)]) for ch in pre_tokenizers.ByteLevel.alphabet()} == {1}
+    assert lengths[tok.token_to_id(EOT)] == 0
+    assert lengths[tok.encode(docs[0]).ids].max() > 1  # the words are merged tokens of several bytes
+    for text in (docs[0], MIXED_TEXT):
+        assert lengths[tok.encode(text).ids].sum() == len(text.encode())
 
 
 def test_describe_names_a_built_cache_and_a_hit_and_the_cli_prints_it_in_process(tmp_path, hf_tmp_cache, capsys,
