@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from tiny import clean, losses, make_table_here, mbexp_train, overrides, popen_train, summaries
 from wandb_files import offline_runs
 
@@ -116,6 +117,7 @@ def test_damaged_checkpoint_falls_back_or_restarts(tmp_path, cache, damage, capl
     directory = the_run_dir(tmp_path, cache, *SLOW)
     kill_when(popen_train(args), lambda: all((directory / f).exists() for f in ("checkpoint.pt", "checkpoint.prev.pt")))
     latest = directory / "checkpoint.pt"
+    previous_step = torch.load(directory / "checkpoint.prev.pt", weights_only=True)["step"]
     if damage == "truncate":  # the latest is cut short: fall back to the previous one
         latest.write_bytes(latest.read_bytes()[: latest.stat().st_size // 2])
     else:  # both are garbage: start again
@@ -126,8 +128,9 @@ def test_damaged_checkpoint_falls_back_or_restarts(tmp_path, cache, damage, capl
     assert summary["final_val_loss"] == ref["final_val_loss"]
     warnings = [r.getMessage() for r in caplog.records if "unreadable" in r.getMessage()]
     assert warnings and "checkpoint.pt" in warnings[0]
-    resumed = [r.getMessage() for r in caplog.records if "resuming" in r.getMessage()]
-    assert bool(resumed) == (damage == "truncate")
+    # the trainer's line (not the warning's "resuming from checkpoint.prev.pt") names the run and its step
+    resumed = [r.getMessage() for r in caplog.records if r.getMessage().startswith("resuming")]
+    assert resumed == ([f"resuming {directory} from step {previous_step}"] if damage == "truncate" else [])
     restarted = [r.getMessage() for r in caplog.records if "training again from step 0" in r.getMessage()]
     assert bool(restarted) == (damage == "garbage")
 

@@ -179,14 +179,18 @@ def test_every_logged_lr_follows_the_schedule_with_its_warmup_and_floor(tmp_path
 
 
 def test_a_run_past_one_epoch_says_so_before_it_trains(tmp_path, cache, caplog):
+    """A run that reads its training split more than once warns, with how many times, the split's tokens and the
+    corpus; one that reads it exactly once is not past one epoch and says nothing."""
     caplog.set_level(logging.WARNING)
-    small = ("data.max_docs=200", "train.steps=2")  # a small corpus, so that a batch can hold all of it
-    within = train(compose_config(clean(overrides(tmp_path / "a", cache, *small))))
-    assert within["epochs"] < 1 and "past one epoch" not in caplog.text
-    rows = within["train_tokens"] // 32 + 1  # a batch of this many 32-token windows reads the whole split
-    past = train(compose_config(clean(overrides(tmp_path / "b", cache, *small, f"train.batch_size={rows}"))))
-    said = f"this run reads its training split {past['epochs']:.1f} times ({past['train_tokens']} training tokens"
-    assert past["epochs"] > 2 and said in caplog.text and "past one epoch" in caplog.text
+    small = ["data.max_docs=200", "optim.warmup_steps=0"]  # a small corpus, so that one step can read all of it
+    n = prepare(to_object(compose_config(clean(overrides(tmp_path, cache, *small)))).data, seq_len=32).train.size
+    seq_len = min(d for d in range(8, 1000) if n % d == 0)  # a step of n // seq_len windows reads n tokens
+    whole = [*small, f"model.seq_len={seq_len}", f"train.batch_size={n // seq_len}"]
+    once = train(compose_config(clean(overrides(tmp_path / "a", cache, *whole, "train.steps=1"))))
+    assert once["epochs"] == 1 and not caplog.records
+    twice = train(compose_config(clean(overrides(tmp_path / "b", cache, *whole, "train.steps=2"))))
+    assert twice["epochs"] == 2 and [r.getMessage() for r in caplog.records] == [
+        f"this run reads its training split 2.0 times ({n} training tokens in data=bigtxt): past one epoch"]
 
 
 def test_full_final_evaluation_scores_every_token_of_both_splits(tmp_path, cache, bigtxt_tokens):
@@ -264,6 +268,58 @@ def test_a_learner_reads_its_ranks_shard_on_the_device_it_is_given(bigtxt_tokens
     assert make_learner(cfg, bigtxt_tokens, torch.device("cpu"), "fp32").batches.world_size == 1
     on_meta = make_learner(cfg, bigtxt_tokens, torch.device("meta"), "fp32")
     assert {p.device.type for p in on_meta.model.parameters()} == {"meta"}
+
+
+@pytest.fixture
+def rank_1_of_2(tmp_path):
+    """Rank 1 of a 2-process DDP run, in a gloo group of this one process: what that rank computes and decides,
+    without the other rank (its gradients are averaged over itself alone)."""
+    import torch.distributed as dist
+
+    from mbexp.distributed import Dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/gloo", rank=0, world_size=1)
+    yield Dist(rank=1, world_size=2)
+    dist.destroy_process_group()
+
+
+def trained_rows(cfg, data, ddp) -> list[int]:
+    """The run `cfg` trained by this rank (mbexp.trainer._train): the windows of each training forward pass."""
+    from mbexp.run.identity import config_hash
+    from mbexp.trainer import _train
+
+    rows = []
+    hook = torch.nn.modules.module.register_module_forward_pre_hook(
+        lambda module, args: rows.append(len(args[0])) if isinstance(module, DecoderLM) and module.training else None)
+    try:
+        summary = _train(cfg, data, run_dir(cfg), config_hash(cfg), torch.device("cpu"), ddp, {}, [])
+        assert summary["status"] == "completed" and summary["step"] == cfg.train.steps
+    finally:
+        hook.remove()
+    return rows
+
+
+def test_a_ddp_rank_computes_only_its_share_of_each_global_batch(tmp_path, cache, bigtxt_tokens, rank_1_of_2):
+    """Rank 1 of 2 runs its model on batch_size / 2 windows a step, its slice of the global batch, not all of it."""
+    cfg = to_object(compose_config(clean(overrides(tmp_path, cache, "train.steps=4"))))
+    assert trained_rows(cfg, bigtxt_tokens, rank_1_of_2) == [cfg.train.batch_size // 2] * 4
+
+
+def test_under_force_no_rank_resumes_the_checkpoint_rank_0_deletes(tmp_path, cache, bigtxt_tokens, rank_1_of_2):
+    """force=true: rank 0 deletes the run's checkpoint, and rank 1, which may find it first, ignores it: it trains
+    every step from step 0, as rank 0 does."""
+    from mbexp.distributed import Dist
+    from mbexp.run import checkpoint
+    from mbexp.run.identity import config_hash
+    from mbexp.run.state import RunState
+    from mbexp.trainer import make_learner
+
+    cfg = to_object(compose_config(clean(overrides(tmp_path, cache, "train.steps=4", "force=true"))))
+    learner = make_learner(cfg, bigtxt_tokens, torch.device("cpu"), "fp32")
+    stopped = RunState(cfg, run_dir(cfg), config_hash(cfg), Dist())
+    stopped.step = 2  # the checkpoint of a run stopped at step 2
+    checkpoint.save(run_dir(cfg), stopped.state(learner.model, learner.optimizer, learner.batches))
+    assert len(trained_rows(cfg, bigtxt_tokens, rank_1_of_2)) == 4
 
 
 def test_a_finished_run_is_skipped_without_waiting_for_its_lock(tmp_path, cache):
