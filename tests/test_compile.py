@@ -1,9 +1,12 @@
 """compile=auto|true|false: the config, and a sweep that compiles each shape once (the auto rule: test_speed.py)."""
 
+from collections import Counter
+
 import pytest
 import torch
-from tiny import mbexp_train, overrides, summaries
+from tiny import clean, compile_capturing, mbexp_train, overrides, summaries
 
+from mbexp import trainer
 from mbexp.config import ConfigError, compose_config, to_object
 from mbexp.trainer import compile_model
 
@@ -45,3 +48,14 @@ def test_compile_model_wraps_the_model_itself_for_fixed_shapes():
     compiled = compile_model(model)
     assert isinstance(compiled, torch.nn.Module) and compiled._orig_mod is model
     assert compiled.dynamo_ctx._dynamic is False
+
+
+def test_compile_true_runs_every_training_step_through_the_compiled_model(tmp_path, cache, monkeypatch):
+    """compile=true compiles the model the optimiser trains, whatever the run's length, and each training step's
+    forward runs the compiled graph; evaluation runs the model itself."""
+    runs = Counter()
+    monkeypatch.setattr(trainer, "compile_model", compile_capturing(runs))
+    summary = trainer.train(compose_config(clean(overrides(tmp_path, cache, "compile=true", "train.steps=3",
+                                                           "train.eval_every=3", "device=cpu"))))
+    assert summary["status"] == "completed" and summary["compiled"] is True and summary["compile_s"] is not None
+    assert runs and set(runs.values()) == {3}  # one call of each captured graph per step, none per evaluation

@@ -4,18 +4,23 @@ trains and scores by: where weight decay falls, bits per byte."""
 import json
 import logging
 import math
+import multiprocessing
+import multiprocessing.connection
 import os
 import signal
+import socket
 import statistics
 import time
+from collections import Counter
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
-from tiny import clean, losses, mbexp_train, metrics, overrides, popen_train
+from tiny import clean, compile_capturing, losses, mbexp_train, metrics, overrides, popen_train
 from wandb_files import offline_runs
 
+from mbexp import distributed, trainer
 from mbexp.config import compose_config, model_spec, to_object
 from mbexp.data import Batches, prepare
 from mbexp.model import DecoderLM
@@ -162,6 +167,12 @@ def test_tokens_per_s_leaves_out_the_warm_up_step_and_a_short_run_stays_eager(tm
     assert all(r["tokens_per_s"] > 0 for r in trains[1:])
     assert summary["tokens_per_s"] > 0 and summary["tokens_seen"] == 4 * 8 * 32
     assert summary["compiled"] is False and summary["compile_s"] is None  # compile=auto: 4 CPU steps stay eager
+
+
+def test_the_summary_names_the_device_the_run_computed_on(tmp_path, cache):
+    """device=auto is resolved before the run starts: the summary names the device it trained on, not the setting."""
+    summary, _ = run(tmp_path, cache, "device=auto", "train.steps=2", "train.eval_every=2")
+    assert summary["device"] == ("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def test_every_logged_lr_follows_the_schedule_with_its_warmup_and_floor(tmp_path, cache):
@@ -358,3 +369,51 @@ def test_rank_0_alone_takes_the_runs_lock_and_clears_a_killed_writes_leftovers(t
                                                                                "run_dir": str(directory)}
     assert trainer._run(cfg, None, torch.device("cpu"), Dist(), {}, []) == {"status": "trained"}
     assert not any(path.exists() for path in leftovers)
+
+
+def _rank(rank: int, port: int, args: list[str]) -> None:
+    """One rank of a two-process gloo run, as torchrun starts it: its place in the environment, then train."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE="2")
+    try:
+        train(compose_config(args))
+    finally:
+        distributed.shutdown()
+
+
+def train_two_ranks(args: list[str], timeout: float = 60) -> list[int]:
+    """`torchrun --nproc_per_node=2 -m mbexp.train ARGS` on the CPU, its two ranks forked from this process (no
+    import paid; a rank that fails ends the other): their exit codes."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    ranks = [multiprocessing.get_context("fork").Process(target=_rank, args=(r, port, args)) for r in (0, 1)]
+    for p in ranks:
+        p.start()
+    deadline = time.monotonic() + timeout
+    while (alive := [p for p in ranks if p.is_alive()]) and not any(p.exitcode for p in ranks):
+        if not multiprocessing.connection.wait([p.sentinel for p in alive], deadline - time.monotonic()):
+            break
+    for p in ranks:
+        p.kill()
+        p.join()
+    return [p.exitcode for p in ranks]
+
+
+@pytest.mark.parametrize("compile_", ["false", "true"])
+def test_two_ddp_ranks_train_as_one_process_on_the_whole_batch(tmp_path, cache, monkeypatch, compile_):
+    """Under DDP each rank steps on its half of the global batch and the ranks' gradients are averaged, compiled
+    or not (the compiled step is the DDP-wrapped model): two gloo ranks log the losses of one process."""
+    monkeypatch.setattr(trainer, "compile_model", compile_capturing(Counter()))
+    extra = ("train.steps=4", "train.eval_every=4", "train.log_every=1", "device=cpu", f"compile={compile_}")
+    single, single_dir = run(tmp_path / "single", cache, *extra)  # first, so the ranks fork a warm compiler
+    assert train_two_ranks(clean(overrides(tmp_path / "ddp", cache, *extra))) == [0, 0]
+    (ddp_dir,) = (tmp_path / "ddp" / "results").glob("runs/*/*/seed=0")
+    ddp = json.loads((ddp_dir / "summary.json").read_text())
+    assert ddp["status"] == "completed" and ddp["compiled"] is (compile_ == "true")
+    assert ddp["tokens_seen"] == single["tokens_seen"] == 4 * 8 * 32
+    (ddp_train, ddp_val), (single_train, single_val) = losses(ddp_dir), losses(single_dir)
+    assert [s for s, _ in ddp_train] == [s for s, _ in single_train] == [1, 2, 3, 4]
+    assert [s for s, _ in ddp_val] == [s for s, _ in single_val]
+    for (_, a), (_, b) in zip(ddp_train + ddp_val, single_train + single_val):
+        assert abs(a - b) < 1e-4

@@ -1,6 +1,7 @@
 """Shared settings for tests that train: the smoke experiment (seconds on a CPU) in a test's own folders."""
 
 import atexit
+import collections
 import contextlib
 import functools
 import importlib.util
@@ -32,6 +33,25 @@ def clean(args: list[str]) -> list[str]:
     args = [a for a in args if a]
     last = {a.partition("=")[0].lstrip("+"): i for i, a in enumerate(args) if "=" in a}
     return [a for i, a in enumerate(args) if "=" not in a or last[a.partition("=")[0].lstrip("+")] == i]
+
+
+def compile_capturing(runs: collections.Counter):
+    """A stand-in for mbexp.trainer.compile_model: torch.compile with fixed shapes, as it compiles, but each graph
+    dynamo captures runs as captured (no inductor: its cold compile of the smoke model takes about 15 s of a CPU,
+    this under 1 s), its calls counted in `runs` by the graph's index."""
+    import torch
+
+    def backend(graph, example_inputs):
+        index = len(runs)
+        runs[index] = 0
+
+        def run(*args):
+            runs[index] += 1
+            return graph.forward(*args)
+
+        return run
+
+    return lambda model: torch.compile(model, backend=backend, dynamic=False)
 
 
 def mbexp_train(args: list[str], *, timeout: int = 300, env: dict | None = None) -> subprocess.CompletedProcess:
