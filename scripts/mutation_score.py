@@ -4,6 +4,7 @@ The store's results are kept in results/mutation/ledger.json (committed): a fres
 
     python scripts/mutation_score.py run [--modules mbexp/schedule.py ...]   # generate, run what is not yet run
     python scripts/mutation_score.py run --again | --timeouts [--modules ...]  # rerun the survivors | timeouts
+    python scripts/mutation_score.py run --mutants NAME ...                  # rerun these mutants
     python scripts/mutation_score.py count                                   # generate only: mutants per module
     python scripts/mutation_score.py report [--modules ...]                  # results/mutation/report.{md,json}
 """
@@ -54,10 +55,10 @@ def generate(jobs: int) -> None:
 
 
 def run(modules: list[str] | None, jobs: int, tests: list[str] | None, again: tuple[str, ...] = (),
-        new: bool = False) -> None:
+        new: bool = False, mutants: list[str] | None = None) -> None:
     """mutmut run over the mutants of `modules` not yet run, the others keeping their results (a resume); `again`:
     instead those of these statuses (the survivors after a test was added for them; the timeouts); `new` with
-    `again`: those and the mutants not yet run, in one start."""
+    `again`: those and the mutants not yet run, in one start; `mutants`: instead exactly these, by name."""
     import mutmut.__main__ as mm
     from mutmut.configuration import config
 
@@ -89,6 +90,8 @@ def run(modules: list[str] | None, jobs: int, tests: list[str] | None, again: tu
     freeze_before_tests()
     explained = explanations()
     names = [n for n in rerun_names(load_store(), modules, again) if n not in explained]  # reviewed: not rerun
+    if mutants:
+        names, again = check_names(load_store(), mutants), ()
     if again and not names and not new:
         return
     if again and new:
@@ -127,6 +130,15 @@ def rerun_names(store: dict[str, dict], modules: list[str] | None, statuses: tup
 
     return [name for path, meta in store.items() if statuses and selected(modules, path)
             for name, code in meta["exit_code_by_key"].items() if status_by_exit_code[code] in statuses]
+
+
+def check_names(store: dict[str, dict], names: list[str]) -> list[str]:
+    """`names` if the store holds each of them, else a SystemExit naming those it lacks."""
+    known = {name for meta in store.values() for name in meta["exit_code_by_key"]}
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        sys.exit(f"--mutants: not in {STORE}/ (names as results/mutation/report.md gives them): {', '.join(unknown)}")
+    return list(names)
 
 
 def save_ledger(selection: str) -> None:
@@ -291,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--new", action="store_true", help="run --again: the mutants not yet run as well")
     parser.add_argument("--timeouts", action="store_true", help="run: rerun the timed-out mutants (their limit is "
                         "wall time, so a loaded machine can time out a mutant its tests would have caught or missed)")
+    parser.add_argument("--mutants", nargs="+", help="run: rerun exactly these mutants, by name")
     parser.add_argument("--jobs", type=int, default=1, help="mutants run at once (default 1)")
     parser.add_argument("--tests", type=shlex.split, help="pytest arguments replacing pyproject's test selection, "
                         "one string (mutmut resets its results when it changes)")
@@ -305,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "run":
         again = (UNCAUGHT if args.again else ()) + (("timeout",) if args.timeouts else ())
-        run(args.modules, args.jobs, args.tests, again, args.new)
+        run(args.modules, args.jobs, args.tests, again, args.new, args.mutants)
     rep = report(args.modules if args.command == "report" else None)  # a run's report: every module, not its own
     OUT.mkdir(parents=True, exist_ok=True)
     if SELECTION.exists():

@@ -73,6 +73,14 @@ def test_again_reruns_the_survivors_and_timeouts_reruns_the_timed_out_of_the_sel
     assert ms.rerun_names(store, None, ()) == []  # a plain run: the mutants not yet run, chosen by mutmut
 
 
+def test_mutants_by_name_are_rerun_only_if_the_store_holds_each():
+    store = {"mbexp/schedule.py": {"exit_code_by_key": {"mbexp.schedule.x_f__mutmut_1": 0,
+                                                         "mbexp.schedule.x_f__mutmut_2": 1}}}
+    assert ms.check_names(store, ["mbexp.schedule.x_f__mutmut_2"]) == ["mbexp.schedule.x_f__mutmut_2"]
+    with pytest.raises(SystemExit, match=r"--mutants: not in mutants/ .*: mbexp\.schedule\.x_f__mutmut_3$"):
+        ms.check_names(store, ["mbexp.schedule.x_f__mutmut_1", "mbexp.schedule.x_f__mutmut_3"])
+
+
 def test_every_mutants_tests_share_one_token_cache_except_a_mutant_of_the_code_that_builds_it(tmp_path):
     from conftest import TOKEN_BUILDERS, shared_token_cache
 
