@@ -4,11 +4,12 @@ from collections import Counter
 
 import pytest
 import torch
-from tiny import clean, compile_capturing, mbexp_train, overrides, summaries
+from tiny import clean, compile_capturing, losses, mbexp_train, overrides, summaries
 
 from mbexp import trainer
 from mbexp.config import ConfigError, compose_config, to_object
-from mbexp.trainer import compile_model
+from mbexp.run.identity import run_dir
+from mbexp.trainer import compile_model, train
 
 
 def test_compile_config_takes_auto_true_false_and_names_them_otherwise():
@@ -59,3 +60,14 @@ def test_compile_true_runs_every_training_step_through_the_compiled_model(tmp_pa
                                                            "train.eval_every=3", "device=cpu"))))
     assert summary["status"] == "completed" and summary["compiled"] is True and summary["compile_s"] is not None
     assert runs and set(runs.values()) == {3}  # one call of each captured graph per step, none per evaluation
+
+
+def test_compile_true_trains_the_runs_own_model_through_compile_model(tmp_path, cache, monkeypatch):
+    """A compiled run's steps call compile_model(model). With dynamo switched off, torch.compile hands back what it
+    is given, so the compiled run trains without a compile's wait, to the eager run's losses."""
+    monkeypatch.setenv("TORCHDYNAMO_DISABLE", "1")
+    short = ["train.steps=2", "train.log_every=1", "train.eval_every=2", "device=cpu"]
+    cfgs = {s: compose_config(clean(overrides(tmp_path / s, cache, *short, f"compile={s}"))) for s in ("true", "false")}
+    compiled, eager = train(cfgs["true"]), train(cfgs["false"])
+    assert compiled["status"] == "completed" and compiled["compiled"] is True and eager["compiled"] is False
+    assert losses(run_dir(to_object(cfgs["true"]))) == losses(run_dir(to_object(cfgs["false"])))

@@ -19,7 +19,18 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny import REPO, children, clean, make_table_here, mbexp_train, metrics, overrides, popen_train, summaries
+from tiny import (
+    REPO,
+    children,
+    clean,
+    during_step,
+    make_table_here,
+    mbexp_train,
+    metrics,
+    overrides,
+    popen_train,
+    summaries,
+)
 
 from mbexp import corpus, data
 from mbexp.analysis.collect import collect_runs
@@ -222,6 +233,17 @@ def test_a_read_only_results_folder_skips_finished_runs_and_fails_new_ones_in_on
     assert table.returncode == 1 and "Traceback" not in table.stderr
     (line,) = flagged(table.stderr)
     assert line.startswith(f"error: cannot write {small_disk / 'results'}") and "(EROFS)" in line
+
+
+def test_a_disk_that_fills_mid_run_stops_it_with_that_write_error_though_no_summary_says_failed(small_disk, cache):
+    """The disk fills during step 1: the run raises the write error that names the file and ENOSPC (what the one
+    error line reports), not an error of the `failed` summary the full disk refuses as well."""
+    cfg = compose_config(clean(overrides(small_disk, cache, *SHORT)))
+    directory = run_dir(to_object(cfg))
+    with during_step(1, lambda: fill(small_disk)), pytest.raises(OSError) as raised:
+        train(cfg)
+    assert raised.value.errno == errno.ENOSPC and raised.value.filename == str(directory / "metrics.jsonl")
+    assert json.loads((directory / "summary.json").read_text())["status"] == "running"  # the last one it took
 
 
 def test_write_errors_name_the_path_and_errno_and_the_summary_says_failed(tmp_path, cache, monkeypatch):

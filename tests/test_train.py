@@ -17,13 +17,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from tiny import clean, compile_capturing, losses, mbexp_train, metrics, overrides, popen_train
+from tiny import clean, compile_capturing, during_step, losses, mbexp_train, metrics, overrides, popen_train
 from wandb_files import offline_runs
 
 from mbexp import distributed, trainer
 from mbexp.config import compose_config, model_spec, to_object
 from mbexp.data import Batches, prepare
 from mbexp.model import DecoderLM
+from mbexp.run import checkpoint
 from mbexp.run.identity import run_dir
 from mbexp.schedule import lr_at
 from mbexp.trainer import evaluate, make_optimizer, train
@@ -157,6 +158,24 @@ def test_sigint_leaves_metrics_a_non_completed_summary_and_a_finished_wandb_run(
     (wb,) = offline_runs(tmp_path)
     assert wb["exit_code"] == 1, "the W&B run must be finished (with an error exit code)"
     assert "rerun the same command to resume" in err
+
+
+def test_a_stop_mid_step_checkpoints_that_step_and_the_same_run_resumes_there(tmp_path, cache, caplog):
+    """SIGTERM mid-step: the run finishes the step, checkpoints it, writes an `interrupted` summary and raises
+    KeyboardInterrupt naming the signal; started again, it resumes from that step to an unstopped run's losses."""
+    caplog.set_level(logging.INFO)
+    short = ["train.steps=4", "train.log_every=1", "train.eval_every=4", "train.checkpoint_every=100"]
+    cfg = compose_config(clean(overrides(tmp_path / "stopped", cache, *short)))
+    directory = run_dir(to_object(cfg))
+    with during_step(2, lambda: os.kill(os.getpid(), signal.SIGTERM)), pytest.raises(KeyboardInterrupt) as stopped:
+        train(cfg)
+    assert stopped.value.args == ("SIGTERM",)
+    summary = json.loads((directory / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["step"] == 2
+    assert checkpoint.load(directory, config_hash=summary["config_hash"])["step"] == 2
+    assert train(cfg)["status"] == "completed" and f"resuming {directory} from step 2" in caplog.text
+    _, unstopped = run(tmp_path / "unstopped", cache, *short)
+    assert losses(directory) == losses(unstopped)
 
 
 def test_tokens_per_s_leaves_out_the_warm_up_step_and_a_short_run_stays_eager(tmp_path, cache):

@@ -238,6 +238,30 @@ def losses(run_dir: Path) -> tuple[list, list]:
             [(r["step"], r["val_loss"]) for r in recs if "val_loss" in r])
 
 
+@contextlib.contextmanager
+def during_step(step: int, action):
+    """Call action() in the forward pass of training step `step` of the run trained in the block: a signal or a
+    fault that arrives mid-step, in this process."""
+    import torch
+
+    from mbexp.model import DecoderLM
+
+    started = 0
+
+    def hook(module, args):
+        nonlocal started
+        if isinstance(module, DecoderLM) and module.training:  # a training step's forward, not an evaluation's
+            started += 1
+            if started == step:
+                action()
+
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(hook)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
 def children(pid: int) -> list[int]:
     """The live processes whose parent is `pid` (zombies count as ended), from /proc."""
     found = []
