@@ -2,12 +2,15 @@
 
 import json
 
+import torch
 from tiny import clean, overrides
 
 from mbexp.analysis import render, table
 from mbexp.config import compose_config
+from mbexp.data import Batches
+from mbexp.model import DecoderLM
 from mbexp.run.summary import FIELDS
-from mbexp.trainer import train
+from mbexp.trainer import evaluate, train
 
 SHORT = ["train.steps=6", "train.eval_every=3", "train.log_every=3", "device=cpu", "compile=false"]
 
@@ -38,3 +41,18 @@ def test_a_rerun_under_precision_auto_finds_the_run_of_what_auto_resolves_to(tmp
     resolved = again["precision"]
     assert again["identity"]["precision"] == resolved != "auto"
     assert (again == first) == (resolved == "bf16"), "skipped only where auto resolves to the precision it ran"
+
+
+def test_a_bf16_run_scores_validation_under_bf16_as_it_trains(tmp_path, cache, bigtxt_tokens):
+    """A bf16 run's validation loss is its model's loss under bf16 autocast, not the fp32 loss of the same weights."""
+    models = []
+    hook = torch.nn.modules.module.register_module_forward_pre_hook(
+        lambda module, args: models.append(module) if isinstance(module, DecoderLM) and not models else None)
+    try:
+        summary = train(compose_config(clean(overrides(tmp_path, cache, "train.steps=2", "train.eval_every=2",
+                                                       "precision=bf16", "device=cpu", "compile=false"))))
+    finally:
+        hook.remove()
+    batches = Batches(bigtxt_tokens, seq_len=32, batch_size=8, seed=0, val_windows=16)  # the smoke run's windows
+    bf16, fp32 = (evaluate(models[0], batches, torch.device("cpu"), p, 8)[0] for p in ("bf16", "fp32"))
+    assert summary["final_val_loss"] == bf16 != fp32

@@ -188,6 +188,20 @@ def test_tokens_per_s_leaves_out_the_warm_up_step_and_a_short_run_stays_eager(tm
     assert summary["compiled"] is False and summary["compile_s"] is None  # compile=auto: 4 CPU steps stay eager
 
 
+def test_a_checkpoint_times_every_step_after_a_processs_first_within_the_runs_wall_time(tmp_path, cache):
+    """Stopped at step 4: one warm-up step and three timed ones (steps 2 to 4, logged every 2 steps), whose seconds
+    together are part of the run's wall time."""
+    cfg = compose_config(clean(overrides(tmp_path, cache, "train.steps=6", "train.log_every=2", "train.eval_every=6",
+                                         "train.checkpoint_every=100", "device=cpu")))
+    with during_step(4, lambda: os.kill(os.getpid(), signal.SIGTERM)), pytest.raises(KeyboardInterrupt):
+        train(cfg)
+    directory = run_dir(to_object(cfg))
+    state = checkpoint.load(directory, config_hash=json.loads((directory / "summary.json").read_text())["config_hash"])
+    assert state["step"] == 4 and state["warmup_steps"] == 1 and state["timed_steps"] == 3
+    warm_up, timed = state["warmup_s"], state["train_time"]
+    assert 0 < warm_up and 0 < timed and warm_up + timed < state["wall_time"]
+
+
 def test_the_summary_names_the_device_the_run_computed_on(tmp_path, cache):
     """device=auto is resolved before the run starts: the summary names the device it trained on, not the setting."""
     summary, _ = run(tmp_path, cache, "device=auto", "train.steps=2", "train.eval_every=2")
