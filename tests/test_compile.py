@@ -59,7 +59,9 @@ def test_compile_true_runs_every_training_step_through_the_compiled_model(tmp_pa
     summary = trainer.train(compose_config(clean(overrides(tmp_path, cache, "compile=true", "train.steps=3",
                                                            "train.eval_every=3", "device=cpu"))))
     assert summary["status"] == "completed" and summary["compiled"] is True and summary["compile_s"] is not None
-    assert runs and set(runs.values()) == {3}  # one call of each captured graph per step, none per evaluation
+    # each captured graph (one, or more where dynamo breaks the forward) runs alike in each of the 3 steps, and in
+    # no evaluation
+    assert runs and all(n % 3 == 0 for n in runs.values())
 
 
 def test_compile_true_trains_the_runs_own_model_through_compile_model(tmp_path, cache, monkeypatch):

@@ -145,4 +145,4 @@ def test_compile_auto_in_a_run_compiles_where_the_record_says_its_length_pays_it
         summary = train(compose_config([*args, f"data.cache_dir={own}", f"train.steps={steps}",
                                         f"train.eval_every={steps}"]))
         assert summary["status"] == "completed" and summary["compiled"] is compiled, steps
-    assert runs and set(runs.values()) == {5}
+    assert runs and all(n % 5 == 0 for n in runs.values())  # each captured graph, alike in each of the 5 steps

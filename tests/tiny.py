@@ -51,7 +51,11 @@ def compile_capturing(runs: collections.Counter):
 
         return run
 
-    return lambda model: torch.compile(model, backend=backend, dynamic=False)
+    def compile_model(model):
+        torch._dynamo.reset()  # no earlier test's graphs: their recompile limit would send this model to eager
+        return torch.compile(model, backend=backend, dynamic=False)
+
+    return compile_model
 
 
 def mbexp_train(args: list[str], *, timeout: int = 300, env: dict | None = None) -> subprocess.CompletedProcess:
