@@ -43,16 +43,17 @@ def test_a_rerun_under_precision_auto_finds_the_run_of_what_auto_resolves_to(tmp
     assert (again == first) == (resolved == "bf16"), "skipped only where auto resolves to the precision it ran"
 
 
-def test_a_bf16_run_scores_validation_under_bf16_as_it_trains(tmp_path, cache, bigtxt_tokens):
-    """A bf16 run's validation loss is its model's loss under bf16 autocast, not the fp32 loss of the same weights."""
+def test_a_bf16_run_scores_validation_and_test_under_bf16_as_it_trains(tmp_path, cache, bigtxt_tokens):
+    """A bf16 run's validation and test losses are its model's under bf16 autocast, not the fp32 losses of the same
+    weights."""
     models = []
     hook = torch.nn.modules.module.register_module_forward_pre_hook(
         lambda module, args: models.append(module) if isinstance(module, DecoderLM) and not models else None)
     try:
-        summary = train(compose_config(clean(overrides(tmp_path, cache, "train.steps=2", "train.eval_every=2",
-                                                       "precision=bf16", "device=cpu", "compile=false"))))
+        summary = train(compose_config(clean(overrides(tmp_path, cache, *SHORT, "precision=bf16"))))
     finally:
         hook.remove()
     batches = Batches(bigtxt_tokens, seq_len=32, batch_size=8, seed=0, val_windows=16)  # the smoke run's windows
-    bf16, fp32 = (evaluate(models[0], batches, torch.device("cpu"), p, 8)[0] for p in ("bf16", "fp32"))
-    assert summary["final_val_loss"] == bf16 != fp32
+    for split in ("val", "test"):
+        bf16, fp32 = (evaluate(models[0], batches, torch.device("cpu"), p, 8, split) for p in ("bf16", "fp32"))
+        assert (summary[f"final_{split}_loss"], summary[f"final_{split}_bpb"]) == bf16 != fp32, split

@@ -109,6 +109,16 @@ def test_without_a_test_split_the_summary_has_no_test_numbers(tmp_path, cache, c
     assert "data.test_fraction" not in summary["identity"]  # and so the run keeps its pre-test-split directory
 
 
+def test_a_full_final_evaluation_without_a_test_split_scores_the_whole_validation_split_alone(tmp_path, cache):
+    """train.final_eval=full where data.test_fraction=0: the whole validation split is scored, and no test split."""
+    summary, directory = run(tmp_path, cache, "data.test_fraction=0", "train.final_eval=full", "train.steps=4",
+                             "train.eval_every=4")
+    last = metrics(directory)[-1]
+    assert summary["status"] == "completed" and summary["final_val_loss"] == last["val_loss_full"]
+    assert summary["final_val_bpb"] == last["val_bpb_full"] and summary["final_test_loss"] is None
+    assert sorted(k for k in last if k.endswith("_full")) == ["val_bpb_full", "val_loss_full"]
+
+
 def test_wandb_offline_run_read_back_from_disk(tmp_path, cache):
     summary, directory = run(tmp_path, cache, "ffn=geglu", "seed=7", logger="wandb")
     (wb,) = offline_runs(tmp_path)
@@ -135,6 +145,38 @@ def test_absurd_lr_diverges_and_the_sweep_goes_on(tmp_path, cache):
     assert by_lr["1000"]["status"] == "diverged" and by_lr["1000"]["final_val_loss"] is None
     assert by_lr["1000"]["step"] < 30
     assert by_lr["0.003"]["status"] == "completed"
+
+
+DIVERGING = ["optim.lr=3", "optim.warmup_steps=0", "train.steps=4", "train.log_every=1", "train.eval_every=4"]
+
+
+def test_a_finite_train_loss_above_the_threshold_diverges_at_once_and_says_why(tmp_path, cache, caplog):
+    """A logged train loss above diverge_factor · ln(vocab), finite or not, ends the run there, unevaluated; the
+    warning gives the loss and the threshold."""
+    caplog.set_level(logging.WARNING)
+    summary, directory = run(tmp_path, cache, *DIVERGING)
+    ((step, loss),) = [(r["step"], r["train_loss"]) for r in metrics(directory)[-1:]]
+    assert math.isfinite(loss) and loss > 1.5 * math.log(512)  # train.diverge_factor's default: 1.5
+    assert summary["status"] == "diverged" and summary["step"] == step == 2
+    assert summary["final_val_loss"] is None and [r["step"] for r in metrics(directory) if "val_loss" in r] == [1]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{summary['variant']} diverged at step 2 (train loss {loss} > {1.5 * math.log(512):.2f})"]
+
+
+def test_a_train_loss_exactly_at_the_threshold_is_not_divergence(tmp_path, cache):
+    """The run diverges on a train loss strictly above diverge_factor · ln(vocab); one equal to it trains on."""
+    diverged, directory = run(tmp_path / "a", cache, *DIVERGING)
+    loss = metrics(directory)[-1]["train_loss"]  # the loss of step 2, above the default threshold
+    factor = loss / math.log(512)
+    while factor * math.log(512) < loss:  # the factor whose threshold is that loss to the last bit
+        factor = math.nextafter(factor, math.inf)
+    while factor * math.log(512) > loss:
+        factor = math.nextafter(factor, 0.0)
+    assert factor * math.log(512) == loss, "no factor gives this loss exactly: choose another lr"
+    summary, _ = run(tmp_path / "b", cache, *DIVERGING, "train.steps=2", "train.eval_every=2",
+                     f"train.diverge_factor={factor!r}")
+    assert diverged["status"] == "diverged" and diverged["step"] == 2
+    assert summary["status"] == "completed" and summary["step"] == 2
 
 
 @pytest.mark.slow
@@ -188,11 +230,13 @@ def test_tokens_per_s_leaves_out_the_warm_up_step_and_a_short_run_stays_eager(tm
     assert summary["compiled"] is False and summary["compile_s"] is None  # compile=auto: 4 CPU steps stay eager
 
 
-def test_a_checkpoint_times_every_step_after_a_processs_first_within_the_runs_wall_time(tmp_path, cache):
-    """Stopped at step 4: one warm-up step and three timed ones (steps 2 to 4, logged every 2 steps), whose seconds
-    together are part of the run's wall time."""
-    cfg = compose_config(clean(overrides(tmp_path, cache, "train.steps=6", "train.log_every=2", "train.eval_every=6",
-                                         "train.checkpoint_every=100", "device=cpu")))
+@pytest.mark.parametrize("log_every", [1, 2])
+def test_a_checkpoint_times_every_step_after_a_processs_first_once_within_the_runs_wall_time(tmp_path, cache,
+                                                                                           log_every):
+    """Stopped at step 4: one warm-up step and three timed ones (steps 2 to 4, each counted once whatever the log
+    interval), whose seconds together are part of the run's wall time; a resumed run's tokens/s counts them."""
+    cfg = compose_config(clean(overrides(tmp_path, cache, "train.steps=6", f"train.log_every={log_every}",
+                                         "train.eval_every=6", "train.checkpoint_every=100", "device=cpu")))
     with during_step(4, lambda: os.kill(os.getpid(), signal.SIGTERM)), pytest.raises(KeyboardInterrupt):
         train(cfg)
     directory = run_dir(to_object(cfg))
