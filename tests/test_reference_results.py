@@ -16,8 +16,8 @@ RESULTS = REPO / "results"
 
 @pytest.mark.golden
 def test_grad_at_init_regenerates_a_committed_seed_and_its_table_and_figure_are_the_seeds_means(tmp_path):
-    """Seed 0's norms regenerate digit for digit (seeds 1-3 run the same code from their own init seed; `make
-    grad-at-init` regenerates all four), and the committed table and figure are what the committed seeds give."""
+    """Seed 0's norms regenerate to 1e-3 (seeds 1-3 run the same code from their own init seed; `make grad-at-init`
+    regenerates all four), and the committed table and figure are what the committed seeds give, byte for byte."""
     seeds = RESULTS / "grad_at_init" / "grad_at_init_seeds.csv"
     for args in (["--seeds", "1", "--out", str(tmp_path / "seed0")], ["--from-seeds", str(seeds), "--out",
                                                                         str(tmp_path / "means")]):
@@ -26,8 +26,12 @@ def test_grad_at_init_regenerates_a_committed_seed_and_its_table_and_figure_are_
         assert proc.returncode == 0, proc.stderr[-3000:]
     header, *rows = seeds.read_text().splitlines()
     assert header.split(",")[4] == "seed" and {r.split(",")[4] for r in rows} == {"0", "1", "2", "3"}
-    again = (tmp_path / "seed0" / "grad_at_init" / "grad_at_init_seeds.csv").read_text().splitlines()
-    assert again == [header] + [r for r in rows if r.split(",")[4] == "0"]
+    again = [r.rpartition(",") for r in (tmp_path / "seed0" / "grad_at_init" / "grad_at_init_seeds.csv").read_text()
+             .splitlines()]
+    seed0 = [r.rpartition(",") for r in [header] + [r for r in rows if r.split(",")[4] == "0"]]
+    assert again[0] == seed0[0] and [row for row, _, _ in again] == [row for row, _, _ in seed0]  # all but the norm
+    # another CPU's float32 kernels sum in another order: 1e-3 is far inside the table's three significant digits
+    assert [float(n) for _, _, n in again[1:]] == pytest.approx([float(n) for _, _, n in seed0[1:]], rel=1e-3)
     for name in ("grad_at_init/grad_at_init.csv", "grad_at_init/grad_at_init.md", "figures/grad_at_init.png"):
         assert filecmp.cmp(tmp_path / "means" / name, RESULTS / name, shallow=False), name
 
