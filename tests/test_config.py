@@ -163,6 +163,10 @@ def test_bad_input_names_the_key_and_choices(args, must_say):
      "optim.adjust_lr_fn=original applies only to optim=muon; with optim=adamw leave it out (null)"),
     (["optim=muon", "optim.adamw_lr=0"],
      "optim.adamw_lr=0.0 must be > 0 (or null: the AdamW group trains at optim.lr)"),
+    (["model.base_d_model=64"],
+     "model.base_d_model=64 applies only to model.param=mup or model.init=fan_in; leave it out"),
+    (["model.param=mup", "model.base_d_model=64", "model.init=fan_in"],
+     "model.init=fan_in is μP's hidden init, already part of model.param=mup; leave it at gpt2"),
 ])
 def test_a_refusal_that_says_what_to_write_reads_exactly_so(args, message):
     # the key, the bound and the fix a user copies from the message, with nothing glued to them
@@ -174,6 +178,13 @@ def test_a_refusal_that_says_what_to_write_reads_exactly_so(args, message):
 def test_the_data_settings_boundaries_that_hold_pass():
     c = to_object(compose_config(["data.max_docs=1", "data.val_fraction=0.5", "data.test_fraction=0.25"]))
     assert (c.data.max_docs, c.data.val_fraction, c.data.test_fraction) == (1, 0.5, 0.25)
+
+
+def test_a_base_width_of_1_is_the_smallest_mup_takes():
+    """model.base_d_model must be >= 1: 1 is accepted, 0 is refused with the bound."""
+    assert to_object(compose_config(["model.param=mup", "model.base_d_model=1"])).model.base_d_model == 1
+    with pytest.raises(ConfigError, match=r"model\.base_d_model=<the base width, >= 1>"):
+        to_object(compose_config(["model.param=mup", "model.base_d_model=0"]))
 
 
 def test_the_optimiser_settings_at_zero_pass():
