@@ -167,6 +167,12 @@ def test_bad_input_names_the_key_and_choices(args, must_say):
      "model.base_d_model=64 applies only to model.param=mup or model.init=fan_in; leave it out"),
     (["model.param=mup", "model.base_d_model=64", "model.init=fan_in"],
      "model.init=fan_in is μP's hidden init, already part of model.param=mup; leave it at gpt2"),
+    (["model.param=mup", "model.base_d_model=64", "placement=deepnorm"],
+     "model.param=mup does not apply to placement=deepnorm, which has its own init; choose another placement or "
+     "model.param=sp model.init=gpt2"),
+    (["model.param=mup", "model.base_d_model=64", "model.emb_scale=true"],
+     "model.param=mup does not hold with model.emb_scale=true: its learnable √D factor grows the embedding's updates "
+     "with width; leave model.emb_scale=false"),
 ])
 def test_a_refusal_that_says_what_to_write_reads_exactly_so(args, message):
     # the key, the bound and the fix a user copies from the message, with nothing glued to them
