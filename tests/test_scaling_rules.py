@@ -4,12 +4,13 @@ the bootstrap interval's width against the seed noise of a point's mean."""
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 from test_scaling import curve, fitted, write_ladder
 
 from mbexp.analysis import table
-from mbexp.analysis.ladder import scaling
+from mbexp.analysis.ladder import powerlaw, scaling
 
 C = 1e12
 
@@ -55,3 +56,19 @@ def test_multiplier_interval_narrows_as_the_standard_error_of_a_mean(tmp_path):
     ratio = width_per_noise(tmp_path / "twelve", 12) / width_per_noise(tmp_path / "three", 3)
     assert expected == pytest.approx(0.5115, abs=1e-3)
     assert ratio == pytest.approx(expected, abs=0.15)
+
+
+def test_a_polish_whose_steps_settle_at_rounding_noise_has_converged():
+    """From near an exact three-point fit, Newton's steps shrink to the extended-precision solve's rounding and stop
+    halving there, above 1e-16 but below the noise floor: that is convergence, and the polish returns the optimum
+    (a stall would return None and leave the trust-region answer, BLAS rounding and all)."""
+    points = pd.DataFrame({"variant": "v0", "compute": [1e12, 1595532885292.743, 2545725188050.587],
+                           "loss": [26.663778361606877, 24.323457297528293, 22.197936243970663]})
+    _, which, x, _ = powerlaw.axes(points)
+    y = points["loss"].to_numpy(float)
+    bounds = (np.array([0.0, -np.inf, powerlaw.ALPHA_BOUNDS[0]]),
+              np.array([y.min() * (1 - 1e-9), np.inf, powerlaw.ALPHA_BOUNDS[1]]))
+    p = powerlaw._polish(np.array([1.1651646922535421, 3.142350185066431, 0.20605646798606705]), x, y, which, 1,
+                         bounds)
+    assert p is not None
+    assert powerlaw._model_parts(p, x, which, 1)[0] == pytest.approx(y, rel=1e-12)  # through all three points
