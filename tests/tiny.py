@@ -37,8 +37,8 @@ def clean(args: list[str]) -> list[str]:
 
 def compile_capturing(runs: collections.Counter):
     """A stand-in for mbexp.trainer.compile_model: torch.compile with fixed shapes, as it compiles, but each graph
-    dynamo captures runs as captured (no inductor: its cold compile of the smoke model takes about 15 s of a CPU,
-    this under 1 s), its calls counted in `runs` by the graph's index."""
+    dynamo captures runs as captured (no inductor: a cold inductor compile is too slow for a fast test), its calls
+    counted in `runs` by the graph's index."""
     import torch
 
     def backend(graph, example_inputs):
