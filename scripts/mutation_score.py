@@ -89,9 +89,10 @@ def run(modules: list[str] | None, jobs: int, tests: list[str] | None, again: tu
     mm.tests_for_mutant_names = tests_of_selected
     freeze_before_tests()
     explained = explanations()
-    names = [n for n in rerun_names(load_store(), modules, again) if n not in explained]  # reviewed: not rerun
     if mutants:
         names, again = check_names(load_store(), mutants), ()
+    else:
+        names = [n for n in rerun_names(load_store(), modules, again) if n not in explained]  # reviewed: not rerun
     if again and not names and not new:
         return
     if again and new:

@@ -3,12 +3,11 @@
 import json
 
 import torch
-from tiny import clean, overrides
+from tiny import clean, model_forwards, overrides
 
 from mbexp.analysis import render, table
 from mbexp.config import compose_config
 from mbexp.data import Batches
-from mbexp.model import DecoderLM
 from mbexp.run.summary import FIELDS
 from mbexp.trainer import evaluate, train
 
@@ -47,12 +46,8 @@ def test_a_bf16_run_scores_validation_and_test_under_bf16_as_it_trains(tmp_path,
     """A bf16 run's validation and test losses are its model's under bf16 autocast, not the fp32 losses of the same
     weights."""
     models = []
-    hook = torch.nn.modules.module.register_module_forward_pre_hook(
-        lambda module, args: models.append(module) if isinstance(module, DecoderLM) and not models else None)
-    try:
+    with model_forwards(lambda model, inputs: models.append(model) if not models else None):
         summary = train(compose_config(clean(overrides(tmp_path, cache, *SHORT, "precision=bf16"))))
-    finally:
-        hook.remove()
     batches = Batches(bigtxt_tokens, seq_len=32, batch_size=8, seed=0, val_windows=16)  # the smoke run's windows
     for split in ("val", "test"):
         bf16, fp32 = (evaluate(models[0], batches, torch.device("cpu"), p, 8, split) for p in ("bf16", "fp32"))

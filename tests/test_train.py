@@ -17,7 +17,17 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from tiny import clean, compile_capturing, during_step, losses, mbexp_train, metrics, overrides, popen_train
+from tiny import (
+    clean,
+    compile_capturing,
+    during_step,
+    losses,
+    mbexp_train,
+    metrics,
+    model_forwards,
+    overrides,
+    popen_train,
+)
 from wandb_files import offline_runs
 
 from mbexp import distributed, trainer
@@ -377,13 +387,9 @@ def trained_rows(cfg, data, ddp) -> list[int]:
     from mbexp.trainer import _train
 
     rows = []
-    hook = torch.nn.modules.module.register_module_forward_pre_hook(
-        lambda module, args: rows.append(len(args[0])) if isinstance(module, DecoderLM) and module.training else None)
-    try:
+    with model_forwards(lambda model, inputs: rows.append(len(inputs)) if model.training else None):
         summary = _train(cfg, data, run_dir(cfg), config_hash(cfg), torch.device("cpu"), ddp, {}, [])
-        assert summary["status"] == "completed" and summary["step"] == cfg.train.steps
-    finally:
-        hook.remove()
+    assert summary["status"] == "completed" and summary["step"] == cfg.train.steps
     return rows
 
 

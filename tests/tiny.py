@@ -243,27 +243,34 @@ def losses(run_dir: Path) -> tuple[list, list]:
 
 
 @contextlib.contextmanager
-def during_step(step: int, action):
-    """Call action() in the forward pass of training step `step` of the run trained in the block: a signal or a
-    fault that arrives mid-step, in this process."""
+def model_forwards(call):
+    """Call call(model, inputs) at each forward of a DecoderLM run in the block, training or evaluating: what a test
+    sees of the model a run in this process builds and steps."""
     import torch
 
     from mbexp.model import DecoderLM
 
-    started = 0
-
-    def hook(module, args):
-        nonlocal started
-        if isinstance(module, DecoderLM) and module.training:  # a training step's forward, not an evaluation's
-            started += 1
-            if started == step:
-                action()
-
-    handle = torch.nn.modules.module.register_module_forward_pre_hook(hook)
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(
+        lambda module, args: call(module, args[0]) if isinstance(module, DecoderLM) else None)
     try:
         yield
     finally:
         handle.remove()
+
+
+def during_step(step: int, action):
+    """Call action() in the forward pass of training step `step` of the run trained in the block: a signal or a
+    fault that arrives mid-step, in this process."""
+    started = 0
+
+    def count(model, inputs):
+        nonlocal started
+        if model.training:  # a training step's forward, not an evaluation's
+            started += 1
+            if started == step:
+                action()
+
+    return model_forwards(count)
 
 
 def children(pid: int) -> list[int]:
